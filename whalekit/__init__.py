@@ -1,0 +1,1 @@
+from whalekit.types import Task

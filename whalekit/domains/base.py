@@ -1,0 +1,129 @@
+"""What a domain provides to the driver: data splits, a toolbox, a verifier, behaviour
+metrics and its initial harness h0. Domains know the contract, never the driver.
+
+    domain = wk.get_domain("chess")
+    splits = domain.load_splits(n_train=64, n_search=32, n_test=64, seed=0)
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from whalekit.types import Task, TaskView, ToolCall, ToolResult, Trajectory
+
+
+@dataclass
+class Verdict:
+    correct: bool
+    reward: float
+    details: dict[str, Any] = field(default_factory=dict)  # e.g. {"format_valid": True, "f1": 0.5}
+
+
+@dataclass
+class Splits:
+    """Three disjoint task lists. Only `test` is ever used for test evaluation, and it
+    never reaches training, search or a proposer."""
+
+    train: list[Task]
+    search: list[Task]
+    test: list[Task]
+
+    def __post_init__(self) -> None:
+        ids = [set(t.id for t in s) for s in (self.train, self.search, self.test)]
+        if ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2]:
+            raise ValueError("splits overlap: a task id appears in two splits")
+
+
+class Toolbox:
+    """Named tools, each a function (task view, arguments) -> ToolResult. Tools run in
+    the driver's process (or spawn their own sandbox), never inside a harness."""
+
+    def __init__(self, tools: dict[str, Callable[[TaskView, dict[str, Any]], ToolResult]]):
+        self.tools = tools
+
+    def run(self, call: ToolCall, task: TaskView) -> ToolResult:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self.tools)) or "none"
+            return ToolResult(call.name, f"Unknown tool '{call.name}'. Available tools: {known}.", ok=False,
+                              error="unknown_tool")
+        if not isinstance(call.arguments, dict):
+            return ToolResult(call.name, "Tool arguments must be a mapping.", ok=False, error="bad_arguments")
+        try:
+            return tool(task, call.arguments)
+        except Exception as exc:  # a tool bug or bad arguments is an outcome, not a crash
+            return ToolResult(call.name, f"Tool error: {type(exc).__name__}: {exc}", ok=False, error="tool_exception")
+
+
+class Domain(ABC):
+    name: str = "domain"
+    tools_description: str = ""  # what a proposer needs to know about the toolbox
+
+    @abstractmethod
+    def load_splits(self, **config: Any) -> Splits: ...
+
+    @abstractmethod
+    def toolbox(self) -> Toolbox: ...
+
+    @abstractmethod
+    def verify(self, task: Task, answer: str | None) -> Verdict: ...
+
+    def behaviour(self, trajectory: Trajectory, task: Task, verdict: Verdict) -> dict[str, Any]:
+        """Per-trajectory behaviour flags for the bottleneck analysis."""
+        return {
+            "answered": trajectory.final_answer is not None,
+            "turns": len(trajectory.turns),
+            "generated_tokens": trajectory.generated_tokens,
+            "truncated": any(t.finish_reason == "length" for t in trajectory.turns),
+        }
+
+    def harness_dir(self) -> Path:
+        import inspect
+
+        return Path(inspect.getfile(type(self))).parent / "harnesses"
+
+    def initial_harness_source(self) -> str:
+        return (self.harness_dir() / "h0.py").read_text()
+
+    def harness_source(self, name: str) -> str:
+        return (self.harness_dir() / f"{name}.py").read_text()
+
+
+def split_disjoint(items: list[Any], key: Callable[[Any], str], sizes: tuple[int, int, int], seed: int,
+                   source: str = "data") -> tuple[list[Any], list[Any], list[Any]]:
+    """Shuffle, drop duplicates by `key` (e.g. a position or question text), and cut
+    three disjoint slices; a clear error when there is not enough data."""
+    seen: set[str] = set()
+    unique = []
+    for item in items:
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
+            unique.append(item)
+    random.Random(seed).shuffle(unique)
+    need = sum(sizes)
+    if len(unique) < need:
+        raise ValueError(f"{source}: need {need} distinct items for splits {sizes}, have {len(unique)}")
+    a, b, c = sizes
+    return unique[:a], unique[a:a + b], unique[a + b:a + b + c]
+
+
+_REGISTRY: dict[str, str] = {
+    "chess": "whalekit.domains.chess:ChessDomain",
+    "math": "whalekit.domains.math:MathDomain",
+    "searchqa": "whalekit.domains.searchqa:SearchQADomain",
+    "toy": "whalekit.domains.toy:ToyDomain",
+}
+
+
+def get_domain(name: str, **options: Any) -> Domain:
+    import importlib
+
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown domain {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    module, cls = _REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)(**options)

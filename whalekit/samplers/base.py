@@ -1,0 +1,69 @@
+"""The `Sampler` interface the rollout engine talks to, and helpers every sampler shares.
+
+A sampler receives prompts as token ids and returns the exact ids it sampled: the
+engine never re-tokenises decoded text, so training sees exactly what was sampled.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    seed: int = 0  # seeds the call (samplers are seeded per batched call, not per row)
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ValueError(f"invalid sampling params: temperature={self.temperature}, top_p={self.top_p}")
+
+
+@dataclass
+class GenerationRequest:
+    prompt_ids: list[int]
+    max_new_tokens: int
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]  # sampled ids, including a final EOS if one was sampled
+    text: str  # token_ids decoded without special tokens
+    finish_reason: str  # "eos", "stop" or "length"
+
+
+class Sampler(ABC):
+    tokenizer: Any
+    version: int = 0  # bumped by every load_weights: the policy version of new samples
+
+    @abstractmethod
+    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]: ...
+
+    @abstractmethod
+    def load_weights(self, state_dict: Mapping[str, Any]) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        pass
+
+
+def cut_completion(token_ids: list[int], request: GenerationRequest, eos_ids: set[int], tokenizer: Any) -> Completion:
+    """Cut raw sampled ids at the first EOS, the first completed stop string, or the
+    request's token limit, whichever comes first, keeping the ids exactly as sampled."""
+    ids = list(token_ids[: request.max_new_tokens])
+    reason = "length"
+    for i, tok in enumerate(ids):
+        if tok in eos_ids:
+            ids, reason = ids[: i + 1], "eos"
+            break
+    if request.stop and any(s in tokenizer.decode(ids, skip_special_tokens=True) for s in request.stop):
+        # Find the earliest token whose decoded prefix completes a stop string.
+        for i in range(len(ids)):
+            text = tokenizer.decode(ids[: i + 1], skip_special_tokens=True)
+            if any(s in text for s in request.stop):
+                ids, reason = ids[: i + 1], "stop"
+                break
+    return Completion(ids, tokenizer.decode(ids, skip_special_tokens=True), reason)

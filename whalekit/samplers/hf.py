@@ -1,0 +1,96 @@
+"""Batched sampling with transformers' `generate`: left padding, KV cache, one call per
+group of requests that share stop strings, chunked to `max_batch_size`.
+
+    sampler = HFSampler(model, tokenizer, max_batch_size=64)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Mapping
+
+from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams, cut_completion
+
+
+class HFSampler(Sampler):
+    def __init__(self, model: Any, tokenizer: Any, max_batch_size: int = 64):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
+        self.version = 0
+
+    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
+        results: list[Completion | None] = [None] * len(requests)
+        groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
+        for i, r in enumerate(requests):
+            groups[tuple(r.stop)].append(i)
+        call = 0
+        for stop, indices in groups.items():
+            # Similar lengths together waste less padding.
+            indices.sort(key=lambda i: len(requests[i].prompt_ids))
+            for start in range(0, len(indices), self.max_batch_size):
+                chunk = indices[start:start + self.max_batch_size]
+                raw = self._generate_chunk([requests[i] for i in chunk], params, seed=params.seed + call)
+                call += 1
+                for i, ids in zip(chunk, raw):
+                    results[i] = cut_completion(ids, requests[i], self.eos_ids, self.tokenizer)
+        return [r for r in results if r is not None]
+
+    def _generate_chunk(self, requests: list[GenerationRequest], params: SamplingParams, seed: int) -> list[list[int]]:
+        import torch
+
+        width = max(len(r.prompt_ids) for r in requests)
+        input_ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(requests), width), dtype=torch.long)
+        for row, r in enumerate(requests):
+            input_ids[row, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            attention[row, width - len(r.prompt_ids):] = 1
+        greedy = params.temperature == 0
+        kwargs: dict[str, Any] = dict(
+            max_new_tokens=max(r.max_new_tokens for r in requests),
+            do_sample=not greedy,
+            pad_token_id=self.pad_id,
+            eos_token_id=sorted(self.eos_ids),
+        )
+        if not greedy:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        stop = requests[0].stop
+        if stop:
+            kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
+        torch.manual_seed(seed)
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+        return [row[width:].tolist() for row in out]
+
+    def load_weights(self, state_dict: Mapping[str, Any]) -> None:
+        import torch
+
+        own = self.model.state_dict()
+        missing = [k for k in own if k not in state_dict and not _is_tied(k, own)]
+        if missing:
+            raise KeyError(f"load_weights: state dict lacks {len(missing)} tensors, e.g. {missing[:3]}")
+        with torch.no_grad():
+            for name, tensor in state_dict.items():
+                if name in own:
+                    own[name].copy_(tensor.to(own[name].dtype))
+        self.version += 1
+
+
+def _is_tied(name: str, own: Mapping[str, Any]) -> bool:
+    return name == "lm_head.weight" and "model.embed_tokens.weight" in own
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif eos:
+        ids.update(eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
