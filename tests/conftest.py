@@ -1,0 +1,31 @@
+"""Shared fixtures: the tiny random model for mechanics, SmolLM2-135M for slow tests,
+and the real-data folder (present on the developers' machines, absent in users' clones)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
+
+
+@pytest.fixture(scope="session")
+def tiny_policy():
+    from whalekit.models import load_policy
+
+    return load_policy("tiny-random")
+
+
+@pytest.fixture(scope="session")
+def smollm_policy():
+    from whalekit.models import load_policy
+
+    return load_policy("smollm2-135m")
+
+
+@pytest.fixture
+def realdata() -> Path:
+    if not REALDATA.is_dir():
+        pytest.skip(f"real data samples not present at {REALDATA} (only the developers' machines have them)")
+    return REALDATA
