@@ -81,6 +81,25 @@ class Domain(ABC):
             "truncated": any(t.finish_reason == "length" for t in trajectory.turns),
         }
 
+    failure_modes: tuple[str, ...] = ("no_answer", "wrong_answer")  # names `failure_mode` can return
+
+    def failure_mode(self, trajectory: Trajectory) -> str | None:
+        """The one main reason a finished trajectory failed (None when correct), named
+        from `failure_modes`; proposers group failures by it."""
+        if trajectory.correct:
+            return None
+        return "no_answer" if trajectory.final_answer is None else "wrong_answer"
+
+    def mechanisms(self) -> list[Any]:
+        """The domain's catalogue of harness mechanisms (whalekit.mechanisms.Mechanism)."""
+        import importlib
+
+        try:
+            module = importlib.import_module(type(self).__module__.rsplit(".", 0)[0] + ".mechanisms")
+        except ModuleNotFoundError:
+            return []
+        return list(getattr(module, "CATALOGUE", []))
+
     def harness_dir(self) -> Path:
         import inspect
 
