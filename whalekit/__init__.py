@@ -1,1 +1,41 @@
-from whalekit.types import Task
+"""whalekit: Weight–Harness Alternating LEarning, as a notebook-first toolkit.
+
+    import whalekit as wk
+    policy = wk.load_policy("smollm2-135m")
+
+Heavy dependencies (torch, transformers, anthropic, ipywidgets) load lazily, on first use
+of the names that need them, so `import whalekit` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from whalekit.harness import EpisodeState, FinalAnswer, FormatError, GenerationSettings, Harness, ToolCalls
+from whalekit.types import Message, Task, TaskView, ToolCall, ToolResult, Trajectory, Turn
+
+_LAZY = {
+    "load_policy": "whalekit.models",
+    "Policy": "whalekit.models",
+    "get_domain": "whalekit.domains.base",
+    "rollout": "whalekit.engine",
+    "Episode": "whalekit.engine",
+    "InProcessHarness": "whalekit.engine",
+    "RolloutConfig": "whalekit.engine",
+    "load_harness": "whalekit.episode",
+    "RolloutBudget": "whalekit.budget",
+    "Mechanism": "whalekit.mechanisms",
+    "apply_mechanism": "whalekit.mechanisms",
+}
+
+__all__ = [
+    "EpisodeState", "FinalAnswer", "FormatError", "GenerationSettings", "Harness", "ToolCalls",
+    "Message", "Task", "TaskView", "ToolCall", "ToolResult", "Trajectory", "Turn", *sorted(_LAZY),
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'whalekit' has no attribute {name!r}")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from whalekit.types import Task, TaskView, ToolCall, ToolResult, Trajectory
 

@@ -7,8 +7,9 @@ engine never re-tokenises decoded text, so training sees exactly what was sample
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass

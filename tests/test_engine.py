@@ -1,0 +1,137 @@
+"""The rollout engine: batching, exact token ids, stop conditions and fault isolation."""
+
+from __future__ import annotations
+
+import pytest
+
+from whalekit.domains.base import get_domain
+from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.harness import FinalAnswer, GenerationSettings, Harness, ToolCalls
+from whalekit.samplers import GenerationRequest, SamplingParams
+from whalekit.types import ToolCall
+
+
+def _prompts(tokenizer, n=6):
+    texts = ["What is 2 + 2?", "Name a colour.", "Hello there, how are you doing today my friend?", "1 2 3",
+             "Write a haiku about the sea and the long long night.", "ok"]
+    return [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                          tokenize=True, return_dict=False) for t in texts[:n]]
+
+
+def test_batched_greedy_equals_one_at_a_time_greedy(tiny_policy):
+    sampler = tiny_policy.sampler
+    prompts = _prompts(tiny_policy.tokenizer)
+    requests = [GenerationRequest(p, 12) for p in prompts]
+    batched = sampler.generate(requests, SamplingParams(temperature=0.0))
+    single = [sampler.generate([r], SamplingParams(temperature=0.0))[0] for r in requests]
+    assert [c.token_ids for c in batched] == [c.token_ids for c in single]
+    assert all(len(c.token_ids) > 0 for c in batched)
+
+
+def test_max_new_tokens_ends_a_turn_with_finish_reason_length(tiny_policy):
+    [completion] = tiny_policy.sampler.generate([GenerationRequest(_prompts(tiny_policy.tokenizer, 1)[0], 5)],
+                                                SamplingParams(temperature=0.0))
+    assert len(completion.token_ids) <= 5
+    if len(completion.token_ids) == 5:
+        assert completion.finish_reason == "length"
+
+
+def test_stop_string_ends_a_turn_at_the_first_occurrence(tiny_policy):
+    sampler, tokenizer = tiny_policy.sampler, tiny_policy.tokenizer
+    prompt = _prompts(tokenizer, 1)[0]
+    [free] = sampler.generate([GenerationRequest(prompt, 24)], SamplingParams(temperature=0.0))
+    assert len(free.token_ids) >= 8, "the tiny model should not stop this early"
+    # Use the text of tokens 4..6 as a stop string: generation must now end right there.
+    stop = tokenizer.decode(free.token_ids[4:6]).strip() or tokenizer.decode(free.token_ids[4:6])
+    [stopped] = sampler.generate([GenerationRequest(prompt, 24, [stop])], SamplingParams(temperature=0.0))
+    assert stopped.finish_reason == "stop"
+    assert stop in stopped.text
+    assert len(stopped.token_ids) < len(free.token_ids)
+    assert stopped.token_ids == free.token_ids[: len(stopped.token_ids)]
+    assert stop not in tokenizer.decode(stopped.token_ids[:-1], skip_special_tokens=True)
+
+
+def test_trajectory_token_ids_decode_to_the_logged_text(tiny_policy):
+    domain = get_domain("toy")
+    tasks = domain.load_splits(4, 2, 2, seed=0).train
+    harness = InProcessHarness(domain.initial_harness_source())
+    trajectories = rollout(domain, [Episode(t, harness, i) for t in tasks for i in range(2)], tiny_policy.sampler,
+                           RolloutConfig(temperature=1.0, seed=3, progress=False))
+    assert len(trajectories) == 8
+    for traj in trajectories:
+        for turn in traj.turns:
+            assert tiny_policy.tokenizer.decode(turn.completion_ids, skip_special_tokens=True) == turn.text
+            assert turn.prompt_ids[-3:] == tiny_policy.tokenizer.encode("<|im_start|>assistant\n",
+                                                                        add_special_tokens=False)[-3:]
+        assistant = [m.content for m in traj.messages if m.role == "assistant"]
+        assert assistant == [t.prefill + t.text for t in traj.turns]
+
+
+class _Exploding(Harness):
+    max_turns = 2
+
+    def parse(self, reply, state):
+        if state.task.id.endswith("boom"):
+            raise RuntimeError("hook failed on purpose")
+        return FinalAnswer(reply)
+
+
+def test_a_harness_that_raises_fails_only_its_own_episode(tiny_policy):
+    domain = get_domain("toy")
+    tasks = domain.load_splits(3, 1, 1, seed=0).train
+    tasks[1].id = tasks[1].id + "-boom"
+    runtime = InProcessHarness(_Exploding())
+    trajectories = rollout(domain, [Episode(t, runtime) for t in tasks], tiny_policy.sampler,
+                           RolloutConfig(temperature=0.0, progress=False))
+    assert "hook failed on purpose" in trajectories[1].error
+    assert trajectories[1].reward == 0.0
+    assert trajectories[0].error is None and trajectories[2].error is None
+    assert trajectories[0].final_answer is not None
+
+
+class _CalculatorThenAnswer(Harness):
+    """Calls the toy calculator on turn one, answers with its output on turn two."""
+
+    max_turns = 2
+
+    def generation_settings(self, state):
+        return GenerationSettings(max_new_tokens=3, prefill="Sure: ")
+
+    def parse(self, reply, state):
+        if state.turn == 1:
+            a, b = [int(x) for x in state.task.inputs["question"].rstrip("?").split("is ")[1].split(" + ")]
+            return ToolCalls([ToolCall("calculator", {"expression": f"{a} + {b}"})])
+        return FinalAnswer(state.scratch["result"])
+
+    def format_tool_result(self, result, state):
+        state.scratch["result"] = result.output
+        return f"Result: {result.output}"
+
+
+def test_multi_turn_tool_use_prefill_and_verification(tiny_policy):
+    domain = get_domain("toy")
+    tasks = domain.load_splits(2, 1, 1, seed=1).train
+    trajectories = rollout(domain, [Episode(t, InProcessHarness(_CalculatorThenAnswer())) for t in tasks],
+                           tiny_policy.sampler, RolloutConfig(temperature=1.0, progress=False))
+    for traj, task in zip(trajectories, tasks):
+        assert len(traj.turns) == 2
+        assert traj.turns[0].tool_results[0].output == task.reference
+        assert traj.correct and traj.reward == 1.0
+        assert traj.turns[0].prefill == "Sure: "
+        assert traj.messages[1].role == "assistant" and traj.messages[1].content.startswith("Sure: ")
+        assert [m.kind for m in traj.messages].count("tool_result") == 1
+
+
+def test_context_overflow_ends_the_episode_with_a_recorded_error(tiny_policy):
+    domain = get_domain("toy")
+    task = domain.load_splits(1, 1, 1, seed=0).train[0]
+    [traj] = rollout(domain, [Episode(task, InProcessHarness(domain.initial_harness_source()))], tiny_policy.sampler,
+                     RolloutConfig(max_context_tokens=20, progress=False))
+    assert traj.error.startswith("context_overflow") and not traj.correct
+
+
+def test_rollout_config_rejects_nonsense():
+    with pytest.raises(ValueError):
+        RolloutConfig(max_context_tokens=0)
+    with pytest.raises(ValueError):
+        SamplingParams(temperature=-1)
