@@ -1,0 +1,105 @@
+"""Rollout throughput: the batched engine against a naive one-episode-at-a-time loop.
+
+Runs in one process so the ratio is robust to a noisy machine. Also measures a large
+bf16 matmul to place the engine against the compute ceiling (≈ 2 × parameters FLOPs per
+generated token).
+
+    python bench/rollout_throughput.py --batches 1 8 32 64 --new-tokens 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from whalekit.domains.base import get_domain
+from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.harness import GenerationSettings, Harness
+from whalekit.models import load_policy
+
+
+class LongAnswer(Harness):
+    """One turn of free generation: the cost of sampling, nothing else."""
+
+    new_tokens = 128
+
+    def system_prompt(self, task):
+        return "You are a patient teacher. Explain your reasoning step by step before answering."
+
+    def first_user_message(self, task, initial_results):
+        return task.inputs["question"] + " Explain how you get the answer, then give it."
+
+    def generation_settings(self, state):
+        return GenerationSettings(max_new_tokens=self.new_tokens)
+
+
+def matmul_flops(dtype_name: str = "bfloat16", n: int = 2048, repeats: int = 10) -> float:
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    return 2 * n**3 * repeats / (time.perf_counter() - start)
+
+
+def naive_loop(policy, domain, harness, tasks, new_tokens: int) -> tuple[int, float]:
+    """model.generate once per episode, the way a first script would do it."""
+    import torch
+
+    from whalekit.episode import EpisodeDriver
+
+    tokens, start = 0, time.perf_counter()
+    for task in tasks:
+        request = EpisodeDriver(harness, task.view()).begin()
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        ids = policy.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                                   return_dict=True)
+        with torch.inference_mode():
+            out = policy.model.generate(**ids, max_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_k=0,
+                                        pad_token_id=policy.tokenizer.pad_token_id)
+        tokens += out.shape[1] - ids["input_ids"].shape[1]
+    return tokens, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--naive-episodes", type=int, default=4, help="episodes timed for the naive loop")
+    args = parser.parse_args()
+
+    import torch
+
+    policy = load_policy(args.model)
+    n_params = sum(p.numel() for p in policy.model.parameters())
+    domain = get_domain("toy")
+    tasks = domain.load_splits(n_train=max(args.batches), n_search=0, n_test=0, seed=0).train
+    harness = LongAnswer()
+    harness.new_tokens = args.new_tokens
+    runtime = InProcessHarness(harness)
+
+    naive_tokens, naive_s = naive_loop(policy, domain, harness, tasks[: args.naive_episodes], args.new_tokens)
+    naive_rate = naive_tokens / naive_s
+    flops = matmul_flops()
+    ceiling = flops / (2 * n_params)
+    print(f"model {args.model}: {n_params / 1e6:.1f} M parameters, {torch.get_num_threads()} threads")
+    print(f"bf16 matmul: {flops / 1e9:.0f} GFLOP/s -> compute ceiling {ceiling:.0f} generated tok/s")
+    print(f"naive loop (model.generate per episode): {naive_rate:.1f} tok/s over {args.naive_episodes} episodes")
+    print(f"{'batch':>6} {'tokens':>7} {'seconds':>8} {'tok/s':>8} {'x naive':>8} {'% ceiling':>10}")
+    for batch in args.batches:
+        episodes = [Episode(t, runtime, 0) for t in tasks[:batch]]
+        start = time.perf_counter()
+        trajectories = rollout(domain, episodes, policy.sampler, RolloutConfig(temperature=1.0, progress=False))
+        seconds = time.perf_counter() - start
+        tokens = sum(t.generated_tokens for t in trajectories)
+        rate = tokens / seconds
+        print(f"{batch:>6} {tokens:>7} {seconds:>8.1f} {rate:>8.1f} {rate / naive_rate:>8.2f} "
+              f"{100 * rate / ceiling:>9.1f}%")
+
+
+if __name__ == "__main__":
+    main()

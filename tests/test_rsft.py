@@ -1,0 +1,145 @@
+"""RSFT: loss only on generated tokens, token normalisation, rejection, sync, resume."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import whalekit.rsft as rsft
+from whalekit.budget import RolloutBudget
+from whalekit.domains.base import Verdict
+from whalekit.domains.toy import ToyDomain
+from whalekit.engine import InProcessHarness
+from whalekit.harness import FinalAnswer, GenerationSettings, Harness
+from whalekit.models import load_policy
+from whalekit.rsft import IGNORE_INDEX, RSFTConfig, RSFTTrainer, token_normalised_loss, training_sequences
+from whalekit.types import Trajectory, Turn
+
+
+class EvenLengthDomain(ToyDomain):
+    """Accepts a reply iff it has an even number of characters: about half are accepted."""
+
+    def verify(self, task, answer):
+        ok = answer is not None and len(answer) % 2 == 0
+        return Verdict(ok, float(ok), {"format_valid": True})
+
+
+class ShortReply(Harness):
+    def generation_settings(self, state):
+        return GenerationSettings(max_new_tokens=6)
+
+    def parse(self, reply, state):
+        return FinalAnswer(reply)
+
+
+def _trainer(policy, **overrides):
+    domain = EvenLengthDomain()
+    tasks = domain.load_splits(8, 0, 0, seed=0).train
+    config = RSFTConfig(batch_problems=4, samples_per_problem=4, learning_rate=5e-3, warmup_steps=1,
+                        bf16_autocast=False, **overrides)
+    return RSFTTrainer(policy, domain, tasks, config, RolloutBudget(10_000))
+
+
+def test_loss_mask_covers_exactly_the_generated_tokens():
+    traj = Trajectory("t", "toy", "h", 0, turns=[
+        Turn(prompt_ids=[1, 2, 3], completion_ids=[4, 5], text="ab", finish_reason="eos", prefill=""),
+        Turn(prompt_ids=[1, 2, 3, 4, 5, 6, 7], completion_ids=[8], text="c", finish_reason="eos"),
+    ])
+    sequences, dropped = training_sequences(traj, max_seq_len=100)
+    assert dropped == 0
+    assert sequences[0] == ([1, 2, 3, 4, 5], [IGNORE_INDEX] * 3 + [4, 5])
+    assert sequences[1] == ([1, 2, 3, 4, 5, 6, 7, 8], [IGNORE_INDEX] * 7 + [8])
+    # A turn longer than max_seq_len is dropped whole and counted, never silently cut.
+    sequences, dropped = training_sequences(traj, max_seq_len=6)
+    assert len(sequences) == 1 and dropped == 1
+
+
+def test_token_normalised_loss_equals_a_hand_computation(tiny_policy):
+    model = tiny_policy.model
+    sequences = [([5, 6, 7, 8, 9], [IGNORE_INDEX] * 3 + [8, 9]),
+                 ([10, 11, 12], [IGNORE_INDEX, 11, 12]),
+                 ([3, 4, 5, 6, 7, 8, 9], [IGNORE_INDEX] * 6 + [9])]
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for ids, labels in sequences:
+            logprobs = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+            for pos in range(1, len(ids)):
+                if labels[pos] != IGNORE_INDEX:
+                    total -= logprobs[pos - 1, labels[pos]].item()
+                    count += 1
+    with torch.no_grad():
+        loss, tokens = token_normalised_loss(model, sequences, micro_batch=2, pad_id=0, backward=False)
+    assert tokens == count == 5
+    assert loss == pytest.approx(total / count, abs=1e-5)
+
+
+def test_rejected_trajectories_never_reach_the_optimiser(tiny_policy, monkeypatch):
+    seen = []
+    original = rsft.token_normalised_loss
+
+    def spy(model, sequences, *args, **kwargs):
+        seen.extend(sequences)
+        return original(model, sequences, *args, **kwargs)
+
+    monkeypatch.setattr(rsft, "token_normalised_loss", spy)
+    trainer = _trainer(load_policy("tiny-random"))
+    record = trainer.step(InProcessHarness(ShortReply()))
+    accepted = {tuple(t.turns[0].completion_ids) for t in trainer.last_trajectories if t.correct}
+    rejected = {tuple(t.turns[0].completion_ids) for t in trainer.last_trajectories if not t.correct}
+    assert 0 < record.accepted < record.sampled == 16
+    assert len(seen) == record.accepted
+    for _ids, labels in seen:
+        generated = tuple(x for x in labels if x != IGNORE_INDEX)
+        assert generated in accepted and generated not in rejected - accepted
+
+
+def test_after_a_step_the_sampler_holds_the_trainers_weights_and_budget_is_charged():
+    policy = load_policy("tiny-random")
+    before = {k: v.clone() for k, v in policy.sampler.model.state_dict().items()}
+    trainer = _trainer(policy)
+    record = trainer.step(InProcessHarness(ShortReply()))
+    assert record.loss is not None and record.step == 1
+    merged = trainer.merged_state_dict()
+    after = policy.sampler.model.state_dict()
+    changed = [k for k in merged if not torch.equal(before[k], after[k])]
+    assert changed, "the sync must change the sampler's weights"
+    for k, v in merged.items():
+        assert torch.allclose(after[k], v.to(after[k].dtype)), k
+    assert policy.sampler.version == 1 and record.policy_version == 0
+    assert trainer.budget.spent == 16 and trainer.budget.by_phase == {"rsft": 16}
+
+
+def test_fractional_epochs_walk_on_from_where_the_last_call_stopped():
+    trainer = _trainer(load_policy("tiny-random"))
+    harness = InProcessHarness(ShortReply())
+    first = trainer.train(harness, epochs=0.5)  # 4 of 8 problems
+    second = trainer.train(harness, epochs=0.5)
+    assert [r.epoch_position for r in first + second] == [0.5, 1.0]
+    assert trainer.state.problems_seen == 8
+
+
+def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(tmp_path):
+    harness = InProcessHarness(ShortReply())
+    straight = _trainer(load_policy("tiny-random"))
+    straight.step(harness)
+    straight.step(harness)
+
+    first = _trainer(load_policy("tiny-random"))
+    first.step(harness)
+    first.save_checkpoint(tmp_path / "ckpt")
+    resumed = _trainer(load_policy("tiny-random"))
+    resumed.load_checkpoint(tmp_path / "ckpt")
+    assert [t.id for t in resumed.next_batch_tasks()] == [t.id for t in first.next_batch_tasks()]
+    resumed.step(harness)
+    a, b = straight.merged_state_dict(), resumed.merged_state_dict()
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    assert resumed.state.rewards == straight.state.rewards
+
+
+def test_full_fine_tuning_also_syncs():
+    policy = load_policy("tiny-random")
+    trainer = _trainer(policy, lora=False)
+    trainer.step(InProcessHarness(ShortReply()))
+    merged = trainer.merged_state_dict()
+    after = policy.sampler.model.state_dict()
+    assert all(torch.equal(after[k], merged[k]) for k in after if k in merged)

@@ -1,0 +1,332 @@
+"""Online rejection-sampling fine-tuning (RSFT): the weight phase of WHALE.
+
+For each batch of training problems: sample G trajectories per problem with the
+sampler's weights as they were at the batch's start (the behaviour policy), keep those
+the verifier accepts, take one optimiser step of supervised learning on the target model
+with the loss on generated tokens only, then sync the new weights to the sampler.
+
+    trainer = RSFTTrainer(policy, domain, splits.train, RSFTConfig(), budget)
+    records = trainer.train(InProcessHarness(h0_source), epochs=0.2)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whalekit.budget import RolloutBudget
+from whalekit.domains.base import Domain
+from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, rollout
+from whalekit.types import Task, Trajectory
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class RSFTConfig:
+    batch_problems: int = 8  # training problems per sampled batch
+    samples_per_problem: int = 8  # G: trajectories sampled per problem
+    learning_rate: float = 2e-4  # peak learning rate (AdamW)
+    warmup_steps: int = 2  # linear warm-up, then constant: WHALE calls the trainer in short stages
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_sequences: int = 8  # sequences per forward pass; gradients accumulate over a batch
+    max_seq_len: int = 1024  # a turn longer than this (prompt + completion) is dropped from training, and counted
+    lora: bool = True  # LoRA via peft; False = full fine-tuning
+    lora_r: int = 16
+    lora_alpha: int = 32
+    bf16_autocast: bool = True  # used only where the CPU/GPU supports bf16
+    temperature: float = 1.0  # behaviour-policy sampling temperature
+    max_context_tokens: int = 4096  # engine limit per episode
+    reward_window: int = 4  # batches in the sliding-window mean training reward
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.batch_problems, self.samples_per_problem, self.micro_batch_sequences, self.max_seq_len) <= 0:
+            raise ValueError("RSFTConfig sizes must be positive")
+        if self.learning_rate <= 0 or self.reward_window <= 0:
+            raise ValueError("learning_rate and reward_window must be positive")
+
+
+@dataclass
+class BatchRecord:
+    """What one RSFT batch did; the adaptive schedule switches on `reward_window_mean`."""
+
+    step: int  # optimiser steps taken after this batch
+    policy_version: int  # sampler weights version that produced the batch (behaviour policy)
+    harness_id: str
+    epoch_position: float  # problems consumed so far / training-set size
+    sampled: int
+    accepted: int
+    reward: float  # accepted fraction of this batch
+    reward_window_mean: float
+    loss: float | None  # token-normalised loss (None when nothing was accepted)
+    trained_tokens: int
+    dropped_turns: int  # accepted turns longer than max_seq_len
+    sample_seconds: float
+    train_seconds: float
+
+
+@dataclass
+class TrainerState:
+    problems_seen: int = 0  # cursor into the epoch-wise shuffled training set
+    step: int = 0
+    batches: int = 0
+    rewards: list[float] = field(default_factory=list)
+
+
+def training_sequences(trajectory: Trajectory, max_seq_len: int) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """(input_ids, labels) per turn, labels = IGNORE_INDEX on prompt tokens (system, user,
+    tool results, the harness's prefill) and the sampled ids on completion tokens.
+    Returns the sequences and how many turns were dropped for length."""
+    sequences, dropped = [], 0
+    for turn in trajectory.turns:
+        if not turn.completion_ids:
+            continue
+        ids = list(turn.prompt_ids) + list(turn.completion_ids)
+        if len(ids) > max_seq_len:
+            dropped += 1
+            continue
+        labels = [IGNORE_INDEX] * len(turn.prompt_ids) + list(turn.completion_ids)
+        sequences.append((ids, labels))
+    return sequences, dropped
+
+
+def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]]], micro_batch: int,
+                          pad_id: int, autocast: bool = False, backward: bool = True) -> tuple[float, int]:
+    """Sum of next-token cross-entropy over all generated tokens of the batch, divided by
+    their count, so a long trajectory weighs per token, not per sequence. Gradients
+    accumulate across micro-batches (when `backward`). Returns (loss, token count)."""
+    import torch
+    import torch.nn.functional as F
+
+    total_tokens = sum(sum(1 for x in labels[1:] if x != IGNORE_INDEX) for _, labels in sequences)
+    if total_tokens == 0:
+        return 0.0, 0
+    device = next(model.parameters()).device
+    loss_sum = 0.0
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
+    for start in range(0, len(order), micro_batch):
+        chunk = [sequences[i] for i in order[start:start + micro_batch]]
+        width = max(len(ids) for ids, _ in chunk)
+        input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        labels = torch.full((len(chunk), width), IGNORE_INDEX, dtype=torch.long)
+        attention = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, (ids, lab) in enumerate(chunk):  # right padding: positions stay 0..n-1
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            labels[row, : len(lab)] = torch.tensor(lab)
+            attention[row, : len(ids)] = 1
+        input_ids, labels, attention = input_ids.to(device), labels.to(device), attention.to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = model(input_ids=input_ids, attention_mask=attention).logits
+        loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                               ignore_index=IGNORE_INDEX, reduction="sum") / total_tokens
+        if backward:
+            loss.backward()
+        loss_sum += loss.item()
+    return loss_sum, total_tokens
+
+
+def bf16_supported() -> bool:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+class RSFTTrainer:
+    def __init__(self, policy: Any, domain: Domain, train_tasks: list[Task], config: RSFTConfig,
+                 budget: RolloutBudget, device: str | None = None):
+        import torch
+
+        from whalekit.models import load_model
+
+        if not train_tasks:
+            raise ValueError("RSFT needs at least one training task")
+        self.policy, self.domain, self.tasks, self.config, self.budget = policy, domain, train_tasks, config, budget
+        self.sampler = policy.sampler
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        model = load_model(policy.path).to(self.device)
+        if config.lora:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                                                     target_modules="all-linear", task_type="CAUSAL_LM"))
+        self.model = model
+        self.autocast = config.bf16_autocast and bf16_supported()
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps)))
+        self.state = TrainerState()
+        self.pad_id = policy.tokenizer.pad_token_id
+
+    # -- data order ---------------------------------------------------------------------
+    def _problem(self, index: int) -> Task:
+        """The index-th problem of the endless epoch-wise shuffled stream."""
+        epoch, offset = divmod(index, len(self.tasks))
+        order = list(range(len(self.tasks)))
+        random.Random(self.config.seed * 7919 + epoch).shuffle(order)
+        return self.tasks[order[offset]]
+
+    def next_batch_tasks(self, limit: int | None = None) -> list[Task]:
+        n = self.config.batch_problems if limit is None else min(limit, self.config.batch_problems)
+        return [self._problem(self.state.problems_seen + i) for i in range(n)]
+
+    # -- the loop -----------------------------------------------------------------------
+    def train(self, harness: HarnessRuntime, epochs: float,
+              on_batch: Callable[[BatchRecord], None] | None = None,
+              checkpoint_dir: Path | None = None) -> list[BatchRecord]:
+        """Walk `epochs` (fractional) of the training set from where the last call stopped.
+        Stops early, cleanly, when the budget cannot pay for the next batch."""
+        goal = self.state.problems_seen + max(0, round(epochs * len(self.tasks)))
+        records = []
+        while self.state.problems_seen < goal:
+            afford = self.budget.remaining // self.config.samples_per_problem
+            n = min(goal - self.state.problems_seen, self.config.batch_problems, afford)
+            if n <= 0:
+                break
+            record = self.step(harness, n)
+            records.append(record)
+            if checkpoint_dir is not None:
+                self.save_checkpoint(checkpoint_dir)
+            if on_batch:
+                on_batch(record)
+        return records
+
+    def step(self, harness: HarnessRuntime, n_problems: int | None = None) -> BatchRecord:
+        cfg = self.config
+        tasks = self.next_batch_tasks(n_problems)
+        episodes = [Episode(t, harness, g) for t in tasks for g in range(cfg.samples_per_problem)]
+        self.budget.charge(len(episodes), "rsft")
+        version = self.sampler.version
+        t0 = time.perf_counter()
+        trajectories = rollout(self.domain, episodes, self.sampler, RolloutConfig(
+            temperature=cfg.temperature, seed=cfg.seed, step=self.state.batches, progress=False,
+            max_context_tokens=cfg.max_context_tokens, description="rsft"), policy_version=version)
+        sample_seconds = time.perf_counter() - t0
+        self.last_trajectories = trajectories
+        accepted = [t for t in trajectories if t.correct]
+        loss, tokens, dropped, train_seconds = self.update(accepted)
+        self.state.problems_seen += len(tasks)
+        self.state.batches += 1
+        reward = len(accepted) / len(trajectories)
+        self.state.rewards.append(reward)
+        window = self.state.rewards[-cfg.reward_window:]
+        return BatchRecord(self.state.step, version, harness.harness_id, self.state.problems_seen / len(self.tasks),
+                           len(trajectories), len(accepted), reward, sum(window) / len(window), loss, tokens, dropped,
+                           sample_seconds, train_seconds)
+
+    def update(self, accepted: list[Trajectory]) -> tuple[float | None, int, int, float]:
+        """One optimiser step on the accepted trajectories, then sync the sampler."""
+        import torch
+
+        sequences, dropped = [], 0
+        for traj in accepted:
+            seqs, d = training_sequences(traj, self.config.max_seq_len)
+            sequences += seqs
+            dropped += d
+        if not sequences:
+            return None, 0, dropped, 0.0
+        t0 = time.perf_counter()
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, tokens = token_normalised_loss(self.model, sequences, self.config.micro_batch_sequences, self.pad_id,
+                                             self.autocast)
+        torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
+                                       self.config.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.state.step += 1
+        self.sync_sampler()
+        return loss, tokens, dropped, time.perf_counter() - t0
+
+    # -- weights ------------------------------------------------------------------------
+    def merged_state_dict(self) -> dict[str, Any]:
+        """Full-model weights with any LoRA adapter merged in, without modifying the
+        trainer's model: what the sampler must hold after a sync."""
+        import torch
+
+        if not self.config.lora:
+            return {k: v.detach() for k, v in self.model.state_dict().items()}
+        from peft.tuners.lora import LoraLayer
+
+        base = self.model.base_model.model
+        merged: dict[str, Any] = {}
+        with torch.no_grad():
+            for name, module in base.named_modules():
+                if isinstance(module, LoraLayer):
+                    weight = module.base_layer.weight
+                    merged[f"{name}.weight"] = weight + module.get_delta_weight("default").to(weight.dtype)
+            for name, tensor in base.state_dict().items():
+                if "lora_" in name:
+                    continue
+                clean = name.replace(".base_layer", "")
+                merged.setdefault(clean, tensor)
+        return merged
+
+    def sync_sampler(self) -> None:
+        self.sampler.load_weights(self.merged_state_dict())
+
+    # -- checkpoints --------------------------------------------------------------------
+    def save_checkpoint(self, directory: Path) -> None:
+        """Weights (PEFT adapter or HF model), optimiser, scheduler and data position,
+        written to a temporary folder and renamed, so a kill never leaves half a checkpoint."""
+        import shutil
+
+        import torch
+
+        directory = Path(directory)
+        tmp = directory.with_name(directory.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        self.model.save_pretrained(tmp / "weights")
+        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                    "sampler_version": self.sampler.version}, tmp / "optimizer.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps({"schema_version": 1, "config": asdict(self.config),
+                                                            **asdict(self.state)}))
+        old = directory.with_name(directory.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if directory.exists():
+            os.rename(directory, old)
+        os.rename(tmp, directory)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def load_checkpoint(self, directory: Path) -> None:
+        import torch
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        if not directory.exists() and directory.with_name(directory.name + ".old").exists():
+            directory = directory.with_name(directory.name + ".old")  # killed between the two renames
+        weights = directory / "weights"
+        if self.config.lora:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.model, load_file(weights / "adapter_model.safetensors"))
+        else:
+            state = load_file(weights / "model.safetensors")
+            self.model.load_state_dict(state, strict=False)
+        extra = torch.load(directory / "optimizer.pt", weights_only=False)
+        self.optimizer.load_state_dict(extra["optimizer"])
+        self.scheduler.load_state_dict(extra["scheduler"])
+        data = json.loads((directory / "trainer_state.json").read_text())
+        self.state = TrainerState(data["problems_seen"], data["step"], data["batches"], list(data["rewards"]))
+        self.sync_sampler()
+        self.sampler.version = int(extra["sampler_version"])
+
+
+def mean_reward(records: list[BatchRecord]) -> float:
+    return sum(r.accepted for r in records) / max(1, sum(r.sampled for r in records)) if records else math.nan
