@@ -1,0 +1,89 @@
+"""The text a proposer reads about the archive: leaderboard, failures grouped by failure
+mode, rejected candidates with their reasons, diffs against parents, sample traces and,
+after a weight update, which problems the new weights now solve or lose.
+
+Why one renderer: the reflective proposer, the LLM agents' first message and a person
+debugging a search all read the same report, so what one sees the others see.
+
+    text = render_report(archive, weights_version=1)
+    text = archive.report()   # the same
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from whalekit.archive import Archive
+
+
+def failure_counts(archive: Archive, candidate_id: str, weights_version: int) -> Counter[str]:
+    """How often each failure mode occurred in one candidate's evaluation."""
+    return Counter(o["failure_mode"] or "unknown" for o in archive.outcomes(candidate_id, weights_version)
+                   if not o["correct"])
+
+
+def weight_change(archive: Archive, candidate_id: str, old: int, new: int) -> dict[str, list[str]]:
+    """Task ids the new weights solve that the old did not, and the reverse, for one harness."""
+    before = {o["task_id"]: bool(o["correct"]) for o in archive.outcomes(candidate_id, old)}
+    after = {o["task_id"]: bool(o["correct"]) for o in archive.outcomes(candidate_id, new)}
+    shared = before.keys() & after.keys()
+    return {"now_solved": sorted(t for t in shared if after[t] and not before[t]),
+            "now_lost": sorted(t for t in shared if before[t] and not after[t])}
+
+
+def _trace(archive: Archive, candidate_id: str, version: int, task_id: str, limit: int = 600) -> str:
+    for traj in archive.trajectories(candidate_id, version):
+        if traj.task_id == task_id:
+            lines = [f"    [{m.role}{'/' + m.kind if m.kind != 'text' else ''}] {m.content}" for m in traj.messages]
+            text = "\n".join(lines)
+            if traj.error:
+                text += f"\n    [error] {traj.error[:200]}"
+            return text if len(text) <= limit else text[:limit] + " …"
+    return "    (trace not stored)"
+
+
+def render_report(archive: Archive, weights_version: int | None = None, top: int = 5, failures_per_mode: int = 3,
+                  max_diff_lines: int = 40) -> str:
+    version = archive.latest_weights_version() if weights_version is None else weights_version
+    out: list[str] = [f"# Harness archive ({archive.domain}): {len(archive)} candidates, weights version {version}"]
+    board = archive.leaderboard(version) if version is not None else []
+    out.append("\n## Leaderboard (search split, mean reward)")
+    if not board:
+        out.append("(nothing evaluated yet)")
+    for rank, (cid, score, n) in enumerate(board[:top], start=1):
+        entry = archive.entry(cid)
+        counts = failure_counts(archive, cid, version) if version is not None else Counter()
+        modes = ", ".join(f"{m}={c}" for m, c in counts.most_common()) or "none"
+        status = f" [{entry.status}: {entry.failure_reason[:80]}]" if entry.failure_reason else ""
+        out.append(f"{rank}. {cid} score={score:.3f} (n={n}) parents={entry.parent_ids or '-'}{status}\n"
+                   f"   hypothesis: {entry.hypothesis}\n   failures: {modes}")
+    invalid = [e for e in archive.entries() if e.status == "invalid"]
+    if invalid:
+        out.append("\n## Rejected by validation (never run)")
+        out.extend(f"- {e.id}: {e.failure_reason}" for e in invalid[-5:])
+    if board and version is not None:
+        best = board[0][0]
+        out.append(f"\n## Failures of the best candidate {best}, grouped by failure mode")
+        grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for o in archive.outcomes(best, version):
+            if not o["correct"]:
+                grouped[o["failure_mode"] or "unknown"].append(o)
+        for mode, rows in sorted(grouped.items(), key=lambda kv: -len(kv[1])):
+            out.append(f"### {mode}: {len(rows)} tasks")
+            for o in rows[:failures_per_mode]:
+                out.append(f"- task {o['task_id']}: answer={o['final_answer']!r} error={o['error']!r}")
+                out.append(_trace(archive, best, version, o["task_id"]))
+        older = sorted(v for v in archive.entry(best).scores if v < version)
+        if older:
+            change = weight_change(archive, best, older[-1], version)
+            out.append(f"\n## Weight update {older[-1]} -> {version} under {best}")
+            out.append(f"now solved: {change['now_solved'] or 'none'}\nnow lost: {change['now_lost'] or 'none'}")
+        for cid, _, _ in board[:top]:
+            diff = archive.diff(cid)
+            if diff:
+                lines = diff.splitlines()
+                cut = "\n…" if len(lines) > max_diff_lines else ""
+                out.append(f"\n## Diff of {cid} against its parent\n" + "\n".join(lines[:max_diff_lines]) + cut)
+    return "\n".join(out)

@@ -1,0 +1,165 @@
+"""One Meta-Harness search stage: I iterations, each asking a proposer for M candidate
+harnesses, validating them, and evaluating the valid ones with real rollouts on the
+harness-search split (one rollout per candidate-problem), all candidates of an
+iteration batched through one `rollout` call and charged to the shared budget first.
+
+Why stages: WHALE alternates weight and harness phases, so the archive's scores go
+stale when the weights change. A stage therefore starts by re-scoring the accepted
+harness and the top few with the new weights (charged too); the proposer's report then
+shows which problems the new weights solve or lose. The accepted harness is always the
+archive's best by search-split score at the current weights version; test tasks never
+reach the archive. Every evaluation is written to the archive as it finishes and an
+iteration's proposals are stored before they are evaluated, so a stage killed at any
+point resumes by reopening the archive and calling `run_search_stage` again.
+
+    config = SearchConfig(iterations=6, candidates_per_iteration=4)
+    accepted = run_search_stage(domain, archive, ReflectiveProposer(domain.mechanisms()), policy.sampler,
+                                splits.search, budget, config, weights_version=0, seed=0)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from whalekit.archive import Archive
+from whalekit.budget import RolloutBudget
+from whalekit.domains.base import Domain
+from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.isolation import IsolatedHarness, IsolationLimits, validate_candidate
+from whalekit.samplers.base import Sampler
+from whalekit.types import Task
+
+BUDGET_PHASE = "search"
+
+
+@dataclass
+class SearchConfig:
+    iterations: int = 6  # I: proposer calls per stage
+    candidates_per_iteration: int = 4  # M: candidates asked of the proposer per iteration
+    rescore_top: int = 3  # re-score accepted + top-k at stage start when the weights changed
+    temperature: float = 1.0  # sampling temperature of the evaluation rollouts
+    max_context_tokens: int = 4096  # per-episode context limit in evaluation rollouts
+    isolate: bool = True  # run candidates in IsolatedHarness workers
+    hook_timeout_s: float = 5.0  # wall-clock limit per harness hook call in a worker
+    memory_mb: int = 1024  # address-space limit of a worker
+
+    def __post_init__(self) -> None:
+        if self.iterations < 0 or self.candidates_per_iteration < 1 or self.rescore_top < 0:
+            raise ValueError("iterations >= 0, candidates_per_iteration >= 1 and rescore_top >= 0 are required")
+        if self.temperature < 0 or self.max_context_tokens <= 0:
+            raise ValueError("temperature must be >= 0 and max_context_tokens positive")
+        IsolationLimits(self.hook_timeout_s, memory_mb=self.memory_mb)  # checks the limits
+
+    def limits(self) -> IsolationLimits:
+        return IsolationLimits(hook_timeout_s=self.hook_timeout_s, memory_mb=self.memory_mb)
+
+
+def evaluate_candidates(domain: Domain, archive: Archive, candidate_ids: list[str], sampler: Sampler,
+                        tasks: list[Task], budget: RolloutBudget, config: SearchConfig, weights_version: int,
+                        seed: int, step: int) -> dict[str, float]:
+    """Score candidates on `tasks` in one batched rollout (charged first) and record them."""
+    if not candidate_ids:
+        return {}
+    budget.charge(len(candidate_ids) * len(tasks), BUDGET_PHASE)
+    runtimes: dict[str, Any] = {}
+    try:
+        for cid in candidate_ids:
+            source = archive.source(cid)
+            runtimes[cid] = (IsolatedHarness(source, config.limits(), cid) if config.isolate
+                             else InProcessHarness(source, cid))
+        episodes = [Episode(task, runtimes[cid], k) for cid in candidate_ids for k, task in enumerate(tasks)]
+        trajectories = rollout(domain, episodes, sampler, RolloutConfig(
+            temperature=config.temperature, seed=seed, step=step, max_context_tokens=config.max_context_tokens,
+            progress=False, description="search"), policy_version=weights_version)
+    finally:
+        for runtime in runtimes.values():
+            if isinstance(runtime, IsolatedHarness):
+                runtime.close()
+    scores = {}
+    for i, cid in enumerate(candidate_ids):
+        chunk = trajectories[i * len(tasks):(i + 1) * len(tasks)]
+        modes = [domain.failure_mode(t) for t in chunk]
+        failure = getattr(runtimes[cid], "failure", None)
+        scores[cid] = archive.record_evaluation(cid, weights_version, chunk, modes, failure)
+    return scores
+
+
+def _to_rescore(archive: Archive, weights_version: int, top: int) -> list[str]:
+    """Accepted + top-k at the newest older version; the seed when nothing was ever scored."""
+    latest = archive.latest_weights_version()
+    if latest is None:
+        return [archive.seed_id()]
+    ids = [archive.accepted(latest)] + [cid for cid, _, _ in archive.leaderboard(latest)[:top]]
+    if weights_version not in archive.entry(archive.seed_id()).scores and latest != weights_version:
+        ids.append(archive.seed_id())  # keep h0 as the reference at every weights version
+    unique = list(dict.fromkeys(ids))
+    return [cid for cid in unique if weights_version not in archive.entry(cid).scores]
+
+
+def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: Sampler, search_tasks: list[Task],
+                     budget: RolloutBudget, config: SearchConfig, weights_version: int, seed: int, step: int = 0,
+                     on_iteration: Callable[[dict[str, Any]], None] | None = None) -> str:
+    """Run (or resume) one search stage; return the accepted harness id at `weights_version`."""
+    if not search_tasks:
+        raise ValueError("run_search_stage needs at least one search task")
+    archive.seed_id()  # clear error when the archive was not seeded
+    key = f"step{step}-w{weights_version}"
+    progress = archive.stage_progress(key) or {"iterations_done": 0, "rescored": False, "rollouts": 0}
+    n_tasks = len(search_tasks)
+    probe = search_tasks[0].view()
+
+    def evaluate(ids: list[str], call: int) -> None:
+        affordable = ids[:budget.remaining // n_tasks]
+        evaluate_candidates(domain, archive, affordable, sampler, search_tasks, budget, config, weights_version,
+                            seed, step * 1000 + call)
+        progress["rollouts"] += len(affordable) * n_tasks
+        if len(affordable) < len(ids):
+            raise _OutOfBudget()
+
+    try:
+        if not progress["rescored"]:
+            evaluate(_to_rescore(archive, weights_version, config.rescore_top), 0)
+            progress["rescored"] = True
+            archive.set_stage_progress(key, progress)
+        for iteration in range(progress["iterations_done"], config.iterations):
+            started = time.perf_counter()
+            pending = archive.unevaluated(weights_version)  # proposals stored before a kill
+            proposed = invalid = 0
+            if not pending:
+                if not budget.can_afford(n_tasks):
+                    raise _OutOfBudget()
+                for candidate in proposer.propose(archive, config.candidates_per_iteration, budget):
+                    if candidate.source and archive.add(candidate.source, candidate.parent_ids, candidate.hypothesis,
+                                                        candidate.change_summary, proposer.name, iteration) \
+                            in archive.unevaluated(weights_version):
+                        proposed += 1
+                pending = archive.unevaluated(weights_version)
+            valid = []
+            for cid in pending:
+                problem = validate_candidate(archive.source(cid), probe, config.limits())
+                if problem:
+                    archive.mark_invalid(cid, problem)
+                    invalid += 1
+                else:
+                    valid.append(cid)
+            evaluate(valid, iteration + 1)
+            progress["iterations_done"] = iteration + 1
+            archive.set_stage_progress(key, progress)
+            if on_iteration:
+                board = archive.leaderboard(weights_version)
+                on_iteration({"iteration": iteration, "step": step, "weights_version": weights_version,
+                              "candidates_proposed": proposed, "candidates_invalid": invalid,
+                              "candidates_evaluated": len(valid), "best_score": board[0][1] if board else None,
+                              "accepted_id": archive.accepted(weights_version), "rollouts_spent": progress["rollouts"],
+                              "budget_spent": budget.spent, "wall_s": time.perf_counter() - started})
+    except _OutOfBudget:
+        progress["stopped"] = "budget"
+        archive.set_stage_progress(key, progress)
+    return archive.accepted(weights_version)
+
+
+class _OutOfBudget(Exception):
+    """The budget cannot cover another candidate's evaluation: end the stage cleanly."""
