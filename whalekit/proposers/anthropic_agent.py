@@ -1,0 +1,79 @@
+"""The `anthropic` proposer: Claude, through the official `anthropic` SDK, as an agent
+with tools over the archive (the loop is whalekit.proposers.agent_loop).
+
+Why only a backend here: the SDK gives retries with exponential backoff on 429, 5xx
+and connection errors (`max_retries`), honouring the server's retry-after; this module
+converts between the loop's neutral turns and Messages API content blocks, keeping the
+assistant's blocks (thinking included) verbatim in the conversation as the API requires.
+
+    proposer = AnthropicProposer(domain, AgentConfig(model="claude-sonnet-4-6", effort="high"))
+    candidates = proposer.propose(archive, n=4)          # needs ANTHROPIC_API_KEY
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from whalekit.proposers.agent_loop import TOOLS, AgentConfig, AgentProposer, AssistantTurn, ToolUse
+from whalekit.proposers.base import ProposerError
+from whalekit.proposers.ledger import Ledger
+
+DEFAULT_MODEL = "claude-sonnet-4-6"
+
+
+class AnthropicProposer(AgentProposer):
+    name = "anthropic"
+
+    def __init__(self, domain: Any, config: AgentConfig | None = None, api_key: str | None = None,
+                 base_url: str | None = None, ledger: Ledger | None = None):
+        super().__init__(domain, config or AgentConfig(model=DEFAULT_MODEL), ledger)
+        self.api_key, self.base_url = api_key, base_url
+
+    def _backend(self) -> _MessagesBackend:
+        key = self.api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if not key:
+            raise ProposerError("the anthropic proposer needs an API key: set ANTHROPIC_API_KEY or pass "
+                                "api_key=...; for an offline search use the reflective proposer")
+        import anthropic
+
+        client = anthropic.Anthropic(api_key=key, base_url=self.base_url or os.environ.get("ANTHROPIC_BASE_URL"),
+                                     max_retries=self.config.max_retries, timeout=self.config.timeout_s)
+        return _MessagesBackend(client, self.config)
+
+
+class _MessagesBackend:
+    def __init__(self, client: Any, config: AgentConfig):
+        self.client, self.config = client, config
+        self.system = ""
+        self.messages: list[dict[str, Any]] = []
+        self.tools = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+                      for t in TOOLS]
+
+    def start(self, system: str, user: str) -> None:
+        self.system, self.messages = system, [{"role": "user", "content": user}]
+
+    def step(self) -> AssistantTurn:
+        import anthropic
+
+        extra: dict[str, Any] = {}
+        if self.config.effort:
+            extra["output_config"] = {"effort": self.config.effort}
+        try:
+            response = self.client.messages.create(model=self.config.model, max_tokens=self.config.max_tokens,
+                                                   system=self.system, messages=self.messages, tools=self.tools,
+                                                   **extra)
+        except anthropic.APIError as exc:  # retries are spent: the proposer cannot go on
+            raise ProposerError(f"anthropic API error after {self.config.max_retries} retries: {exc}") from exc
+        blocks = [block.model_dump(exclude_none=True) for block in response.content]
+        self.messages.append({"role": "assistant", "content": blocks})
+        text = "".join(b.get("text", "") for b in blocks if b["type"] == "text")
+        uses = [ToolUse(b["id"], b["name"], dict(b.get("input") or {})) for b in blocks if b["type"] == "tool_use"]
+        return AssistantTurn(text, uses, response.usage.input_tokens, response.usage.output_tokens)
+
+    def add_tool_results(self, results: list[tuple[str, str]]) -> None:
+        self.messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": use_id, "content": output} for use_id, output in results]})
+
+    def nudge(self, text: str) -> None:
+        self.messages.append({"role": "user", "content": text})

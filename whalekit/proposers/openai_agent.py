@@ -1,0 +1,89 @@
+"""The `openai` proposer: the same agent loop through the `openai` SDK, against any
+OpenAI-compatible chat-completions endpoint (OpenAI itself, or a local vLLM server
+with an open coder model).
+
+Why a separate backend: chat completions carries tool calls as `tool_calls` with JSON
+string arguments and answers them with `role: tool` messages; the loop, tools and
+ledger are shared (whalekit.proposers.agent_loop). Retries with backoff on 429/5xx are
+the SDK's (`max_retries`).
+
+    proposer = OpenAIProposer(domain, AgentConfig(model="Qwen/Qwen2.5-Coder-32B-Instruct"),
+                              base_url="http://localhost:8000/v1", api_key="EMPTY")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from whalekit.proposers.agent_loop import TOOLS, AgentConfig, AgentProposer, AssistantTurn, ToolUse
+from whalekit.proposers.base import ProposerError
+from whalekit.proposers.ledger import Ledger
+
+DEFAULT_MODEL = "gpt-4o"
+
+
+class OpenAIProposer(AgentProposer):
+    name = "openai"
+
+    def __init__(self, domain: Any, config: AgentConfig | None = None, api_key: str | None = None,
+                 base_url: str | None = None, ledger: Ledger | None = None):
+        super().__init__(domain, config or AgentConfig(model=DEFAULT_MODEL), ledger)
+        self.api_key, self.base_url = api_key, base_url
+
+    def _backend(self) -> _ChatBackend:
+        key = self.api_key or os.environ.get("OPENAI_API_KEY")
+        if not key:
+            raise ProposerError("the openai proposer needs an API key: set OPENAI_API_KEY or pass api_key=... "
+                                "(any string, e.g. 'EMPTY', for a local vLLM server); for an offline search use "
+                                "the reflective proposer")
+        import openai
+
+        client = openai.OpenAI(api_key=key, base_url=self.base_url or os.environ.get("OPENAI_BASE_URL"),
+                               max_retries=self.config.max_retries, timeout=self.config.timeout_s)
+        return _ChatBackend(client, self.config)
+
+
+class _ChatBackend:
+    def __init__(self, client: Any, config: AgentConfig):
+        self.client, self.config = client, config
+        self.messages: list[dict[str, Any]] = []
+        self.tools = [{"type": "function", "function": t} for t in TOOLS]
+
+    def start(self, system: str, user: str) -> None:
+        self.messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+    def step(self) -> AssistantTurn:
+        import openai
+
+        extra: dict[str, Any] = {"reasoning_effort": self.config.effort} if self.config.effort else {}
+        try:
+            response = self.client.chat.completions.create(model=self.config.model, messages=self.messages,
+                                                           tools=self.tools, max_tokens=self.config.max_tokens,
+                                                           **extra)
+        except openai.APIError as exc:
+            raise ProposerError(f"openai API error after {self.config.max_retries} retries: {exc}") from exc
+        message = response.choices[0].message
+        calls = message.tool_calls or []
+        self.messages.append({"role": "assistant", "content": message.content or "",
+                              "tool_calls": [c.model_dump(exclude_none=True) for c in calls] or None})
+        if not calls:
+            self.messages[-1].pop("tool_calls")
+        uses = []
+        for call in calls:
+            try:
+                arguments = json.loads(call.function.arguments or "{}")
+            except json.JSONDecodeError:
+                arguments = {"__unparsed__": call.function.arguments}
+            uses.append(ToolUse(call.id, call.function.name, arguments if isinstance(arguments, dict) else {}))
+        usage = response.usage
+        return AssistantTurn(message.content or "", uses, usage.prompt_tokens if usage else 0,
+                             usage.completion_tokens if usage else 0)
+
+    def add_tool_results(self, results: list[tuple[str, str]]) -> None:
+        self.messages.extend({"role": "tool", "tool_call_id": call_id, "content": output}
+                             for call_id, output in results)
+
+    def nudge(self, text: str) -> None:
+        self.messages.append({"role": "user", "content": text})
