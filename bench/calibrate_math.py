@@ -1,0 +1,70 @@
+"""Calibrate the math preset: roll out harnesses with SmolLM2-135M on the test split and
+print mean@k and the mean of every behaviour flag, so the default problem mix can be
+chosen where h0 is clearly above 0 and far below the ceiling.
+
+Heavy: run it under the CPU lock.
+
+    flock /tmp/whalekit-cpu.lock .venv/bin/python bench/calibrate_math.py --n-test 64 --samples 8 --harness h0 h1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from statistics import mean
+
+from whalekit.domains.base import get_domain
+from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.models import load_policy
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n-test", type=int, default=64)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--harness", nargs="+", default=["h0", "h1"])
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--mix", type=json.loads, default=None, help='JSON family weights, e.g. {"arithmetic": 1}')
+    parser.add_argument("--source", default="generated")
+    parser.add_argument("--path", default=None)
+    parser.add_argument("--dump", default=None, help="write trajectories as JSONL here")
+    args = parser.parse_args()
+
+    domain = get_domain("math", **({"mix": args.mix} if args.mix else {}))
+    splits = domain.load_splits(n_train=0, n_search=0, n_test=args.n_test, seed=args.seed, source=args.source,
+                                path=args.path)
+    policy = load_policy(args.model)
+    print(f"mix={domain.mix} n_test={len(splits.test)} samples={args.samples} T={args.temperature}")
+    for name in args.harness:
+        harness = InProcessHarness(domain.harness_source(name))
+        episodes = [Episode(task, harness, i) for task in splits.test for i in range(args.samples)]
+        start = time.perf_counter()
+        trajectories = rollout(domain, episodes, policy.sampler,
+                               RolloutConfig(temperature=args.temperature, seed=args.seed, description=name))
+        wall = time.perf_counter() - start
+        flags: dict[str, list[float]] = defaultdict(list)
+        by_subset: dict[str, list[float]] = defaultdict(list)
+        failures: dict[str, int] = defaultdict(int)
+        for trajectory in trajectories:
+            by_subset[trajectory.subset].append(trajectory.reward)
+            failures[str(domain.failure_mode(trajectory))] += 1
+            for key, value in trajectory.flags.items():
+                if isinstance(value, (bool, int, float)):
+                    flags[key].append(float(value))
+        score = mean(t.reward for t in trajectories)
+        print(f"\n[{name}] mean@{args.samples} = {score:.3f}   wall {wall:.0f} s   ({len(trajectories)} episodes)")
+        print("  per subset: " + ", ".join(f"{k} {mean(v):.3f} (n={len(v)})" for k, v in sorted(by_subset.items())))
+        print("  flags: " + ", ".join(f"{k} {mean(v):.3f}" for k, v in sorted(flags.items())))
+        print("  failure modes: " + ", ".join(f"{k} {v}" for k, v in sorted(failures.items())))
+        if args.dump:
+            with open(f"{args.dump}.{name}.jsonl", "w") as handle:
+                for trajectory in trajectories:
+                    handle.write(json.dumps(trajectory.to_json()) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The math domain: problems with verifiable answers, a sandboxed Python tool, checking
+with math-verify and the behaviour flags of the paper's Figure 3 (d-e). Here the
+model is the bottleneck (replies run into the token cap); the harness decides when code
+runs, what errors look like and how the final answer is read.
+
+The constructor defaults are the calibrated CPU preset for SmolLM2-135M (see
+bench/calibrate_math.py): a mix of generated problems on which the plain h0 scores
+clearly above 0 and far below the ceiling.
+
+    domain = get_domain("math")
+    splits = domain.load_splits(n_train=64, n_search=32, n_test=64, seed=0)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from whalekit.domains.base import Domain, Splits, Toolbox, Verdict, split_disjoint
+from whalekit.domains.math import data, generator, tools, verifier
+from whalekit.sandbox import SandboxLimits
+from whalekit.types import Task, Trajectory
+
+# The calibrated preset: mostly one- and two-step arithmetic, a few harder families so
+# there is headroom for training and harness search.
+DEFAULT_MIX = {"arithmetic": 0.5, "multistep": 0.2, "word": 0.2, "modular": 0.05, "algebra": 0.05}
+
+
+class MathDomain(Domain):
+    name = "math"
+    tools_description = tools.TOOLS_DESCRIPTION
+    failure_modes = ("truncated", "no_answer", "tool_error", "unparsable_answer", "wrong_answer")
+
+    def __init__(self, mix: dict[str, float] | None = None, tool_limits: SandboxLimits = tools.DEFAULT_LIMITS):
+        self.mix = generator.check_mix(dict(mix or DEFAULT_MIX))
+        self.tool_limits = tool_limits
+
+    def load_splits(self, n_train: int = 64, n_search: int = 32, n_test: int = 64, seed: int = 0,
+                    source: str = "generated", path: str | None = None, **options: Any) -> Splits:
+        """Disjoint splits (by normalised question text) of generated problems, or of a
+        real file: `source` in ("dapo", "aime", "gsm8k") with `path` to the file."""
+        if options:
+            raise TypeError(f"unknown load_splits options for math: {sorted(options)}")
+        sizes = (n_train, n_search, n_test)
+        if source == "generated":
+            # Extra problems: duplicates by normalised text are dropped before cutting.
+            problems = generator.generate_problems(int(sum(sizes) * 1.1) + 10, seed, self.mix)
+            tasks = [data.make_task(p.question, p.answer, p.family, {"source": "generated", "level": p.level,
+                                                                     "seed": seed}) for p in problems]
+        else:
+            if path is None:
+                raise ValueError(f"source={source!r} needs path= to the data file")
+            tasks = data.load_file(source, path)
+        train, search, test = split_disjoint(tasks, lambda t: data.question_key(t.inputs["question"]), sizes, seed,
+                                             source if path is None else str(path))
+        return Splits(train, search, test)
+
+    def toolbox(self) -> Toolbox:
+        return tools.python_toolbox(self.tool_limits)
+
+    def verify(self, task: Task, answer: str | None) -> Verdict:
+        return verifier.check(str(task.reference), answer)
+
+    def behaviour(self, trajectory: Trajectory, task: Task, verdict: Verdict) -> dict[str, Any]:
+        flags = super().behaviour(trajectory, task, verdict)
+        results = [r for turn in trajectory.turns for r in turn.tool_results]
+        flags.update({
+            "boxed": verifier.has_boxed(trajectory.final_answer),
+            "answer_parsed": verdict.details.get("parsed") is not None,
+            "tool_calls": len(results),
+            "tool_errors": sum(1 for r in results if not r.ok),
+            "used_tool": bool(results),
+            "correct": bool(verdict.correct),
+        })
+        return flags
+
+    def failure_mode(self, trajectory: Trajectory) -> str | None:
+        if trajectory.correct:
+            return None
+        flags = trajectory.flags
+        if trajectory.final_answer is None:
+            if trajectory.turns and trajectory.turns[-1].finish_reason == "length":
+                return "truncated"
+            results = [r for r in (trajectory.turns[-1].tool_results if trajectory.turns else [])]
+            return "tool_error" if results and not all(r.ok for r in results) else "no_answer"
+        if flags.get("truncated") and not flags.get("boxed"):
+            return "truncated"
+        if not flags.get("answer_parsed", True):
+            return "unparsable_answer"
+        return "wrong_answer"
+
+
+__all__ = ["MathDomain", "DEFAULT_MIX"]
