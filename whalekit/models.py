@@ -76,15 +76,27 @@ def load_model(path: Path, dtype: str = "float32") -> Any:
 
 
 def load_policy(spec: str = DEFAULT_SPEC, dtype: str = "float32", max_batch_size: int = 64,
-                sampler: str = "hf") -> Policy:
-    """Load tokenizer, model and a sampler for `spec` (see the module docstring)."""
+                sampler: str = "hf", vllm_options: dict[str, Any] | None = None) -> Policy:
+    """Load tokenizer, model and a sampler for `spec` (see the module docstring).
+
+    sampler: "hf" (transformers), "vllm" (whalekit.samplers.vllm; `vllm_options` go to
+    VLLMSampler) or "auto" (vllm when importable and WHALEKIT_NO_VLLM is unset, else hf).
+    With vllm the policy holds no transformers model (`model` is None): the engine has the weights."""
     from whalekit.samplers import HFSampler
 
+    if sampler not in ("hf", "vllm", "auto"):
+        raise ModelSpecError(f"unknown sampler {sampler!r}; available: 'hf', 'vllm', 'auto'")
+    if sampler == "auto":
+        from whalekit.samplers.vllm import vllm_available
+
+        sampler = "vllm" if vllm_available() else "hf"
     path = resolve_model_dir(spec)
     tokenizer = load_tokenizer(path)
+    if sampler == "vllm":
+        from whalekit.samplers.vllm import VLLMSampler
+
+        return Policy(spec, path, tokenizer, None, VLLMSampler(path, tokenizer, **(vllm_options or {})))
     model = load_model(path, dtype)
-    if sampler != "hf":
-        raise ModelSpecError(f"unknown sampler {sampler!r}; available: 'hf'")
     return Policy(spec, path, tokenizer, model, HFSampler(model, tokenizer, max_batch_size=max_batch_size))
 
 

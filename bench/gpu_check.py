@@ -1,0 +1,180 @@
+"""Device check for the GPU path: a batched rollout through the sampler (vLLM when
+importable, else transformers, said so), one RSFT step (full fine-tuning, then LoRA), the
+weight sync after each, and a rollout after the sync; prints sampling tokens/s, training
+tokens/s and the sync time. Sized to finish in well under 8 minutes on one H200.
+
+The device machine reaches no network, so the model is built there: SmolLM2-135M's config
+and tokenizer (prepared here, carried, a few MB) with random weights, which cost the same
+per token as the real ones. Pass --model DIR for real weights.
+
+    python bench/gpu_check.py --prepare .gpucheck          # here, once
+    bash bench/gpu_check.sh                                  # there (reads .gpucheck/)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for rollout_throughput's harness
+
+SHAPE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+               "special_tokens_map.json", "chat_template.jinja")
+
+
+def prepare(target: Path) -> None:
+    """Copy SmolLM2-135M's config and tokenizer (no weights) to `target`."""
+    from whalekit.models import resolve_model_dir
+
+    source = resolve_model_dir("smollm2-135m")
+    out = target / "smollm2-135m-shape"
+    out.mkdir(parents=True, exist_ok=True)
+    for name in SHAPE_FILES:
+        if (source / name).exists():
+            shutil.copy(source / name, out / name)
+    print(f"wrote {out} ({sum(f.stat().st_size for f in out.iterdir()) / 1e6:.1f} MB)")
+
+
+def materialise(shape_dir: Path, cache: Path) -> Path:
+    """A model directory with random weights of `shape_dir`'s config, in bf16."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    out = cache / "models" / f"random-{shape_dir.name}"
+    if (out / "model.safetensors").exists():
+        return out
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(shape_dir)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(shape_dir).save_pretrained(out)
+    return out
+
+
+def make_sampler(path: Path, tokenizer, args):
+    from whalekit.samplers.vllm import vllm_available
+
+    if vllm_available() and not args.hf:
+        from whalekit.samplers.vllm import VLLMSampler
+
+        start = time.perf_counter()
+        sampler = VLLMSampler(path, tokenizer, gpu_memory_fraction=args.gpu_memory_fraction,
+                              enforce_eager=args.eager, max_model_len=2048)
+        print(f"sampler: vLLM, started in {time.perf_counter() - start:.1f} s "
+              f"(gpu_memory_fraction={args.gpu_memory_fraction})")
+        return sampler, None
+    from whalekit.models import load_model
+    from whalekit.samplers import HFSampler
+
+    print("sampler: transformers (vllm is not importable here: carry its wheels, see the device README)"
+          if not args.hf else "sampler: transformers (--hf)")
+    model = load_model(path, "bfloat16").to("cuda")
+    return HFSampler(model, tokenizer, max_batch_size=args.episodes), model
+
+
+def timed_rollout(domain, runtime, tasks, sampler, label: str) -> list:
+    import torch
+
+    from whalekit.engine import Episode, RolloutConfig, rollout
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    trajectories = rollout(domain, [Episode(t, runtime, i) for i, t in enumerate(tasks)], sampler,
+                           RolloutConfig(temperature=1.0, progress=False))
+    seconds = time.perf_counter() - start
+    tokens = sum(t.generated_tokens for t in trajectories)
+    print(f"{label}: {len(tasks)} episodes, {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.0f} tok/s")
+    return trajectories
+
+
+def rsft_step(policy, domain, tasks, trajectories, lora: bool) -> None:
+    """One optimiser step on the given trajectories (all counted as accepted: random
+    weights solve nothing) and the sync that follows it, timed apart."""
+    import torch
+
+    from whalekit.budget import RolloutBudget
+    from whalekit.rsft import RSFTConfig, RSFTTrainer
+
+    trainer = RSFTTrainer(policy, domain, tasks, RSFTConfig(lora=lora, micro_batch_sequences=32, max_seq_len=1024),
+                          RolloutBudget(10**6))
+    sampler, sync_times = policy.sampler, []
+    load = sampler.load_weights
+
+    def timed_load(state_dict):
+        start = time.perf_counter()
+        load(state_dict)
+        sync_times.append(time.perf_counter() - start)
+
+    sampler.load_weights = timed_load
+    try:
+        torch.cuda.synchronize()
+        loss, tokens, _, seconds = trainer.update(trajectories)
+    finally:
+        sampler.load_weights = load
+    train_seconds = seconds - sum(sync_times)
+    print(f"RSFT step ({'LoRA' if lora else 'full'}, device {trainer.device}, bf16 autocast {trainer.autocast}): "
+          f"loss {loss:.3f}, {tokens} tokens in {train_seconds:.2f} s = {tokens / train_seconds:.0f} training tok/s; "
+          f"weight sync {sync_times[0]:.2f} s")
+    del trainer
+    torch.cuda.empty_cache()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prepare", type=Path, help="write the model shape folder here and exit")
+    parser.add_argument("--model", type=Path, default=Path(".gpucheck/smollm2-135m-shape"),
+                        help="a HF model dir; one without weights gets random ones")
+    parser.add_argument("--episodes", type=int, default=256)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--gpu-memory-fraction", type=float, default=0.3)
+    parser.add_argument("--eager", action="store_true", help="no CUDA graphs in vLLM (faster start)")
+    parser.add_argument("--hf", action="store_true", help="use the transformers sampler even if vLLM is there")
+    args = parser.parse_args()
+    if args.prepare:
+        prepare(args.prepare)
+        return
+
+    import torch
+    from rollout_throughput import LongAnswer
+
+    from whalekit.domains.base import get_domain
+    from whalekit.engine import InProcessHarness
+    from whalekit.models import Policy, cache_dir, load_tokenizer
+    from whalekit.samplers import GenerationRequest, SamplingParams
+
+    if not torch.cuda.is_available():
+        sys.exit("gpu_check: no CUDA device visible")
+    print(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    if not args.model.is_dir():
+        sys.exit(f"gpu_check: {args.model} is missing: run `python bench/gpu_check.py --prepare .gpucheck` "
+                 "here and carry .gpucheck")
+    path = args.model if list(args.model.glob("*.safetensors")) else materialise(args.model, cache_dir())
+    tokenizer = load_tokenizer(path)
+    sampler, model = make_sampler(path, tokenizer, args)
+    policy = Policy(str(path), path, tokenizer, model, sampler)
+    domain = get_domain("toy")
+    tasks = domain.load_splits(n_train=args.episodes, n_search=0, n_test=0, seed=0).train
+    harness = LongAnswer()
+    harness.new_tokens = args.new_tokens
+    runtime = InProcessHarness(harness)
+
+    probe = [GenerationRequest(tokenizer.apply_chat_template([{"role": "user", "content": t.inputs["question"]}],
+                                                             add_generation_prompt=True, tokenize=True,
+                                                             return_dict=False), 16) for t in tasks[:8]]
+    before = [c.token_ids for c in sampler.generate(probe, SamplingParams(0.0))]
+    timed_rollout(domain, runtime, tasks[:8], sampler, "warm-up rollout")
+    trajectories = timed_rollout(domain, runtime, tasks, sampler, "rollout before training")
+    rsft_step(policy, domain, tasks, trajectories[:64], lora=False)
+    after = [c.token_ids for c in sampler.generate(probe, SamplingParams(0.0))]
+    print(f"greedy outputs changed by the sync: {sum(a != b for a, b in zip(after, before))}/{len(probe)} prompts")
+    timed_rollout(domain, runtime, tasks, sampler, "rollout after the sync")
+    rsft_step(policy, domain, tasks, trajectories[:64], lora=True)
+    print(f"peak GPU memory allocated in this process: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
+    sampler.close()
+
+
+if __name__ == "__main__":
+    main()
