@@ -1,0 +1,286 @@
+"""Specification of the chess-puzzle domain: loading, generating, verifying, tools,
+harnesses and mechanisms. Fixture rows in tests/fixtures/chess/ were written by hand
+from positions constructed and checked with python-chess."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from pathlib import Path
+
+import chess
+import pytest
+
+from whalekit.domains.base import get_domain
+from whalekit.domains.chess import ChessDomain, PuzzleDataError, generate_puzzles, load_lichess_csv, verify_answer
+from whalekit.domains.chess.generator import mate_in_two_line, mating_moves
+from whalekit.domains.chess.mechanisms import BY_NAME, CATALOGUE
+from whalekit.domains.chess.notation import IllegalMoveError, MoveFormatError, parse_move, split_moves
+from whalekit.episode import EpisodeDriver, Finished, GenerateRequest, ToolRequest, load_harness
+from whalekit.mechanisms import apply_mechanism
+from whalekit.types import ToolCall, Trajectory
+
+FIXTURES = Path(__file__).parent / "fixtures" / "chess"
+SCHOLAR = "r1bqkbnr/ppp2ppp/2np4/4p3/2B1P3/5Q2/PPPP1PPP/RNB1K1NR w KQkq - 0 4"  # Qxf7# wins
+BACK_RANK = "2r3k1/5ppp/p7/8/8/8/4RPPP/4R1K1 w - - 0 31"  # Re8+ Rxe8 Rxe8#
+TWO_MATES = "7k/8/6K1/8/8/8/8/RR6 w - - 0 1"  # Ra8# and Rb8#: two mates in one
+
+
+@pytest.fixture(scope="module")
+def domain() -> ChessDomain:
+    return ChessDomain()
+
+
+@pytest.fixture(scope="module")
+def generated() -> list:
+    return generate_puzzles(6, mate_in=1, seed=11) + generate_puzzles(2, mate_in=2, seed=11)
+
+
+# --- data: the Lichess CSV loader -------------------------------------------------------
+
+def test_fixture_rows_load_apply_the_setup_move_and_verify_their_own_solutions():
+    puzzles = load_lichess_csv(FIXTURES / "puzzles.csv")
+    assert [p.puzzle_id for p in puzzles] == ["wkSch", "wkFoo", "wkBck", "wkFrk"]
+    scholar = puzzles[0]
+    assert scholar.fen == SCHOLAR and scholar.last_move == "d6" and scholar.solution == ("f3f7",)
+    assert [p.mate_in for p in puzzles] == [1, 1, 2, None]
+    assert puzzles[1].to_task().inputs["side_to_move"] == "black"
+    for puzzle in puzzles:
+        solver_moves = " ".join(puzzle.solution[::2])
+        assert verify_answer(puzzle.fen, list(puzzle.solution), solver_moves).correct, puzzle.puzzle_id
+
+
+def test_loader_filters_by_theme_and_rating():
+    assert [p.puzzle_id for p in load_lichess_csv(FIXTURES / "puzzles.csv", themes=["mateIn2"])] == ["wkBck"]
+    assert [p.puzzle_id for p in load_lichess_csv(FIXTURES / "puzzles.csv", themes=["mateIn1"], min_rating=640)] \
+        == ["wkFoo"]
+    assert len(load_lichess_csv(FIXTURES / "puzzles.csv", max_rating=1200)) == 3
+
+
+def test_malformed_row_raises_naming_file_and_line():
+    with pytest.raises(PuzzleDataError, match=r"malformed\.csv:3: invalid FEN"):
+        load_lichess_csv(FIXTURES / "malformed.csv")
+
+
+def test_malformed_rows_are_skipped_with_a_warning_each_when_asked():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        puzzles = load_lichess_csv(FIXTURES / "malformed.csv", on_error="skip")
+    assert [p.puzzle_id for p in puzzles] == ["wkFoo"]
+    messages = [str(w.message) for w in caught]
+    assert [m.split("malformed.csv:")[1].split(":")[0] for m in messages] == ["3", "4", "5", "6"]
+    assert "illegal" in messages[1] and "Rating" in messages[2] and "setup move" in messages[3]
+
+
+def test_a_file_without_the_lichess_columns_is_rejected(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("id,position\n1,8/8/8/8/8/8/8/8 w - - 0 1\n")
+    with pytest.raises(PuzzleDataError, match=r"other\.csv:1: not a Lichess puzzle CSV"):
+        load_lichess_csv(path)
+
+
+def test_every_real_lichess_puzzle_loads_and_its_solution_verifies(realdata):
+    folder = realdata / "lichess_puzzles"
+    files = sorted(folder.glob("*.csv"))
+    assert files, f"no CSV in {folder}"
+    total = 0
+    for path in files:
+        puzzles = load_lichess_csv(path)
+        with path.open() as handle:
+            assert len(puzzles) == sum(1 for _ in handle) - 1, path
+        for p in puzzles:
+            assert verify_answer(p.fen, list(p.solution), " ".join(p.solution[::2])).correct, (path, p.puzzle_id)
+        total += len(puzzles)
+    assert total == 2000
+
+
+# --- generator ----------------------------------------------------------------------------
+
+def test_generated_puzzles_are_proved_mates_of_the_stated_length(generated):
+    for puzzle in generated:
+        board = chess.Board(puzzle.fen)
+        if puzzle.mate_in == 1:
+            assert chess.Move.from_uci(puzzle.solution[0]) in mating_moves(board)
+        else:
+            assert not mating_moves(board) and mate_in_two_line(board) is not None
+            assert len(puzzle.solution) == 3
+
+
+def test_generated_solutions_pass_and_a_random_legal_non_solution_fails(generated):
+    rng = random.Random(0)
+    for puzzle in generated:
+        board = chess.Board(puzzle.fen)
+        assert verify_answer(puzzle.fen, list(puzzle.solution), " ".join(puzzle.solution[::2])).correct
+        first = chess.Move.from_uci(puzzle.solution[0])
+        wrong = [m for m in board.legal_moves if m != first and m not in mating_moves(board)]
+        move = rng.choice(wrong)
+        verdict = verify_answer(puzzle.fen, list(puzzle.solution), board.san(move))
+        assert not verdict.correct and verdict.details["move_legal"], (puzzle.puzzle_id, move)
+
+
+def test_generation_is_deterministic_in_the_seed_and_honours_the_knobs():
+    a = generate_puzzles(2, seed=5, min_mating_moves=2)
+    assert a == generate_puzzles(2, seed=5, min_mating_moves=2)
+    assert all(p.meta["mating_moves"] >= 2 for p in a)
+    assert a != generate_puzzles(2, seed=6, min_mating_moves=2)
+    with pytest.raises(ValueError, match="mate_in"):
+        generate_puzzles(1, mate_in=3)
+
+
+# --- splits -------------------------------------------------------------------------------
+
+def test_generated_splits_are_disjoint_by_position_and_carry_no_answer_in_inputs(domain):
+    splits = domain.load_splits(n_train=4, n_search=3, n_test=3, seed=1)
+    parts = (splits.train, splits.search, splits.test)
+    keys = [{" ".join(t.inputs["fen"].split()[:4]) for t in part} for part in parts]
+    assert [len(k) for k in keys] == [4, 3, 3]
+    assert not (keys[0] & keys[1] or keys[0] & keys[2] or keys[1] & keys[2])
+    for task in splits.test:
+        assert "solution" not in task.view().inputs and task.subset == "mate_in_1"
+
+
+def test_lichess_splits_from_a_file(domain):
+    splits = domain.load_splits(n_train=1, n_search=1, n_test=2, seed=0, source="lichess",
+                                path=FIXTURES / "puzzles.csv")
+    assert len({t.id for t in splits.train + splits.search + splits.test}) == 4
+    with pytest.raises(ValueError, match="need 5 distinct"):
+        domain.load_splits(n_train=3, n_search=1, n_test=1, source="lichess", path=FIXTURES / "puzzles.csv")
+
+
+def test_the_registry_builds_the_domain():
+    assert isinstance(get_domain("chess"), ChessDomain)
+
+
+# --- notation and verifier ----------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["Qxf7#", "Qxf7", "qxf7", "QXF7+", "Qf7", "f3f7", "F3F7", "f3-f7", " Qxf7# ",
+                                  "4. Qxf7#", "Qf3xf7", "Qxf7!!"])
+def test_san_and_uci_spellings_name_the_same_move(text):
+    assert parse_move(chess.Board(SCHOLAR), text) == chess.Move.from_uci("f3f7")
+    assert verify_answer(SCHOLAR, ["f3f7"], text).correct
+
+
+def test_lowercase_b_is_a_pawn_first_and_castling_accepts_zeros():
+    board = chess.Board("r3k2r/8/8/8/8/n7/1P6/R3K2R w KQkq - 0 1")
+    assert parse_move(board, "bxa3") == chess.Move.from_uci("b2a3")
+    assert parse_move(board, "0-0") == board.parse_san("O-O")
+    assert parse_move(board, "o-o-o") == board.parse_san("O-O-O")
+
+
+def test_non_moves_are_format_failures_and_impossible_moves_are_illegal():
+    board = chess.Board(SCHOLAR)
+    for text in ["checkmate", "the queen takes", "Zz9", ""]:
+        with pytest.raises(MoveFormatError):
+            parse_move(board, text)
+    with pytest.raises(IllegalMoveError):
+        parse_move(board, "Qxf8")
+    assert verify_answer(SCHOLAR, ["f3f7"], "I think Qxf7").details["reason"] == "format_invalid"
+    assert verify_answer(SCHOLAR, ["f3f7"], "Qh8").details["reason"] == "illegal_move"
+    assert verify_answer(SCHOLAR, ["f3f7"], "Qf6").details["reason"] == "wrong_move"
+    assert verify_answer(SCHOLAR, ["f3f7"], None).details["reason"] == "no_answer"
+    assert verify_answer("not a fen", ["f3f7"], "Qxf7").details["reason"] == "bad_puzzle"
+
+
+def test_any_mate_counts_as_on_lichess():
+    assert verify_answer(TWO_MATES, ["a1a8"], "Ra8#").correct
+    assert verify_answer(TWO_MATES, ["a1a8"], "b1b8").correct  # not the stored move, but also mate
+
+
+def test_multi_move_lines_play_out_against_the_scripted_replies():
+    solution = ["e2e8", "c8e8", "e1e8"]
+    assert verify_answer(BACK_RANK, solution, "Re8+ Rxe8#").correct
+    assert verify_answer(BACK_RANK, solution, "1. Re8+ Rxe8 2. Rxe8#").correct  # the reply echoed
+    assert verify_answer(BACK_RANK, solution, "e2e8, e1e8").correct
+    partial = verify_answer(BACK_RANK, solution, "Re8+")
+    assert not partial.correct and partial.details["reason"] == "incomplete_line"
+    assert partial.details["solver_moves_correct"] == 1
+
+
+def test_split_moves_drops_move_numbers():
+    assert split_moves("1. Qh5 Kg8 2... Qh7#") == ["Qh5", "Kg8", "Qh7#"]
+
+
+# --- toolbox ------------------------------------------------------------------------------
+
+def test_tools_show_the_board_and_moves_but_report_bad_input(domain):
+    task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
+    box, view = domain.toolbox(), task.view()
+    assert "Qxf7#" in box.run(ToolCall("legal_moves", {}), view).output.split()
+    grouped = box.run(ToolCall("legal_moves", {"group": "kind"}), view).output
+    assert grouped.splitlines()[0] == "Checkmates: Qxf7#"
+    assert "f3f7" in box.run(ToolCall("legal_moves", {"notation": "uci", "group": "piece"}), view).output
+    assert box.run(ToolCall("board", {"format": "pieces"}), view).output.startswith("White: Ke1, Qf3")
+    assert box.run(ToolCall("board", {"format": "ascii"}), view).output.splitlines()[-1] == "  a b c d e f g h"
+    assert box.run(ToolCall("check_move", {"move": "qxf7"}), view).meta["legal"]
+    assert not box.run(ToolCall("check_move", {"move": "Qxf8"}), view).meta["legal"]
+    assert box.run(ToolCall("play", {"move": "Qxf7"}), view).meta["status"] == "checkmate"
+    assert box.run(ToolCall("board", {"moves": ["Qf6"], "format": "fen"}), view).output.startswith("r1bqkbnr")
+    bad = box.run(ToolCall("play", {"move": "Kz9"}), view)
+    assert not bad.ok and bad.error == "bad_arguments"
+
+
+# --- harnesses, mechanisms, behaviour -----------------------------------------------------
+
+def _run_offline(source: str, task, reply: str):
+    """Drive a harness through one episode with a scripted model reply and the real toolbox."""
+    domain = ChessDomain()
+    driver = EpisodeDriver(load_harness(source), task.view())
+    request = driver.begin()
+    for _ in range(10):
+        if isinstance(request, ToolRequest):
+            request = driver.after_tools([domain.toolbox().run(c, task.view()) for c in request.calls])
+        elif isinstance(request, GenerateRequest):
+            request = driver.after_generation(reply, request.settings.prefill)
+        else:
+            break
+    assert isinstance(request, Finished)
+    return request
+
+
+def test_h0_shows_the_fen_and_side_and_parses_strictly(domain):
+    task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
+    source = domain.initial_harness_source()
+    finished = _run_offline(source, task, "Qxf7#")
+    assert finished.answer == "Qxf7#"
+    user = finished.messages[-2].content
+    assert SCHOLAR in user and "White to move" in user
+    assert _run_offline(source, task, "I play Qxf7#").answer is None
+
+
+@pytest.mark.parametrize("mechanism", CATALOGUE, ids=lambda m: m.name)
+def test_every_mechanism_applies_to_h0_loads_and_runs(domain, mechanism):
+    task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
+    source = apply_mechanism(domain.initial_harness_source(), mechanism)
+    finished = _run_offline(source, task, "Qxf7#")
+    assert finished.answer is not None and domain.verify(task, finished.answer).correct
+    assert set(mechanism.targets) <= set(domain.failure_modes)
+
+
+def test_mechanisms_on_different_hooks_compose(domain):
+    task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
+    source = domain.initial_harness_source()
+    for name in ["ascii_board", "legal_moves_by_kind", "mate_instruction", "answer_prefill", "lenient_parser",
+                 "retry_illegal", "few_shot_examples"]:
+        source = apply_mechanism(source, BY_NAME[name])
+    finished = _run_offline(source, task, " queen to f7, that is qxf7 mate")
+    assert domain.verify(task, finished.answer).correct
+    text = "\n".join(m.content for m in finished.messages)
+    assert "Checkmates: Qxf7#" in text and "a b c d e f g h" in text and "Rd8#" in text
+
+
+def test_h1_lists_legal_moves_and_reads_leniently(domain):
+    task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
+    finished = _run_offline(domain.harness_source("h1"), task, " qxf7+ is mate")
+    assert domain.verify(task, finished.answer).correct
+    assert "Qxf7#" in finished.messages[-2].content
+
+
+def test_behaviour_flags_and_failure_modes(domain):
+    task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
+    cases = {"Qxf7#": None, "Qf6": "wrong_move", "Qh8": "illegal_move", "hello": "format_invalid", None: "no_answer"}
+    for answer, mode in cases.items():
+        verdict = domain.verify(task, answer)
+        trajectory = Trajectory(task.id, "chess", "h", 0, final_answer=answer, correct=verdict.correct)
+        trajectory.flags = domain.behaviour(trajectory, task, verdict)
+        assert {"format_valid", "move_legal", "move_correct", "turns", "generated_tokens"} <= set(trajectory.flags)
+        assert domain.failure_mode(trajectory) == mode, answer
