@@ -72,6 +72,7 @@ def test_isolated_episode_gives_the_same_requests_as_in_process() -> None:
     ("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)", "PermissionError", False),
     ("import sys\nsys.exit(3)", "SystemExit", False),
     ("import os\nos._exit(3)", "worker_crash", True),
+    ("return 'x' * (100 << 20)", "exceeded 64 MiB", True),  # a flood over the pipe
 ])
 def test_hostile_hooks_end_the_episode_as_a_recorded_failure(body: str, expected: str, worker_dies: bool) -> None:
     with IsolatedHarness(_hook(body), FAST) as runtime:

@@ -166,3 +166,15 @@ def test_search_config_rejects_nonsense() -> None:
         SearchConfig(candidates_per_iteration=0)
     with pytest.raises(ValueError):
         SearchConfig(hook_timeout_s=0)
+
+
+@pytest.mark.slow
+def test_reflective_search_with_smollm2_beats_h0_on_the_search_split(tmp_path: Path, smollm_policy: Any) -> None:
+    splits = DOMAIN.load_splits(n_train=8, n_search=16, n_test=8, seed=0)
+    archive, budget = _archive(tmp_path), RolloutBudget(1000)
+    accepted = run_search_stage(DOMAIN, archive, ReflectiveProposer(DOMAIN.mechanisms(), seed=0),
+                                smollm_policy.sampler, splits.search, budget,
+                                SearchConfig(iterations=6, candidates_per_iteration=4), weights_version=0, seed=0)
+    h0_score, best_score = archive.entry(archive.seed_id()).score(0), archive.entry(accepted).score(0)
+    assert best_score is not None and h0_score is not None and best_score > h0_score
+    assert budget.spent == sum(len(splits.search) for e in archive.entries() if 0 in e.scores)

@@ -39,6 +39,7 @@ ALLOWED_IMPORTS = ("__future__", "re", "json", "math", "string", "textwrap", "co
 FORBIDDEN_CALLS = ("__import__", "eval", "exec", "compile", "open", "globals", "locals", "vars", "getattr",
                    "setattr", "delattr", "breakpoint", "input", "exit", "quit", "memoryview")
 ALLOWED_DUNDERS = ("__init__", "__name__", "__doc__")
+MAX_REPLY_BYTES = 64 << 20  # one hook's reply over the pipe; more is a harness bug (or an attack)
 
 
 @dataclass
@@ -200,10 +201,15 @@ class IsolatedHarness:
                 self._fail(f"hook_timeout: a hook ran longer than {timeout:.1f}s; worker killed")
             chunk = os.read(fd, 1 << 16)
             if not chunk:
-                code = self._proc.wait(timeout=5)
+                try:
+                    code = self._proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self._fail("worker_crash: the worker closed its pipe")
                 self._fail(f"worker_crash: the worker exited with code {code}" +
                            (" (killed: CPU or memory limit, or a signal)" if code < 0 else ""))
             self._buffer += chunk
+            if len(self._buffer) > MAX_REPLY_BYTES:
+                self._fail(f"harness_error: a reply from the worker exceeded {MAX_REPLY_BYTES >> 20} MiB")
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line
 

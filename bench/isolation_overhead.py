@@ -1,0 +1,65 @@
+"""Isolation overhead: the same rollouts (greedy, same seed, so the same tokens) run with
+the harness in-process and in an IsolatedHarness worker; reports wall time of each and
+the overhead as a share of rollout wall time (target: under 5%).
+
+Why measure: every candidate of the search runs isolated, so isolation must cost little
+next to sampling. Worker start-up is inside the timed region. Runs alternate in-process
+and isolated to share the machine's noise evenly; the median of `--repeats` is reported.
+
+    flock /tmp/whalekit-cpu.lock .venv/bin/python bench/isolation_overhead.py --domain toy --tasks 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from whalekit.domains.base import get_domain
+from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.isolation import IsolatedHarness
+from whalekit.models import load_policy
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--domain", default="toy")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--harness", default="h0", help="a harness file name in the domain's harnesses/")
+    parser.add_argument("--tasks", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    domain = get_domain(args.domain)
+    tasks = domain.load_splits(n_train=8, n_search=args.tasks, n_test=8, seed=0).search
+    source = domain.harness_source(args.harness)
+    policy = load_policy(args.model)
+    config = RolloutConfig(temperature=0.0, seed=0, progress=False)
+    rollout(domain, [Episode(tasks[0], InProcessHarness(source))], policy.sampler, config)  # warm-up
+
+    times: dict[str, list[float]] = {"in_process": [], "isolated": []}
+    answers: dict[str, list] = {}
+    hook_calls = 0
+    for _ in range(args.repeats):
+        for mode in ("in_process", "isolated"):
+            started = time.perf_counter()
+            runtime = InProcessHarness(source) if mode == "in_process" else IsolatedHarness(source)
+            trajectories = rollout(domain, [Episode(t, runtime, i) for i, t in enumerate(tasks)], policy.sampler,
+                                   config)
+            if isinstance(runtime, IsolatedHarness):
+                runtime.close()
+            times[mode].append(time.perf_counter() - started)
+            answers[mode] = [(t.final_answer, t.error) for t in trajectories]
+            hook_calls = sum(len(t.turns) + 1 for t in trajectories)
+    same = answers["in_process"] == answers["isolated"]
+    base, isolated = statistics.median(times["in_process"]), statistics.median(times["isolated"])
+    print(f"domain={args.domain} harness={args.harness} tasks={args.tasks} repeats={args.repeats} "
+          f"episode round trips~{hook_calls}")
+    print(f"in-process wall (s): {[round(x, 2) for x in times['in_process']]} median {base:.2f}")
+    print(f"isolated   wall (s): {[round(x, 2) for x in times['isolated']]} median {isolated:.2f}")
+    print(f"overhead: {isolated - base:+.3f}s = {100 * (isolated - base) / base:+.1f}% of rollout wall time; "
+          f"identical outcomes: {same}")
+
+
+if __name__ == "__main__":
+    main()
