@@ -80,6 +80,7 @@ class TrainerState:
     step: int = 0
     batches: int = 0
     rewards: list[float] = field(default_factory=list)
+    sampled: int = 0  # rollouts this trainer has charged to the budget, for reconciling after a kill
 
 
 def training_sequences(trajectory: Trajectory, max_seq_len: int) -> tuple[list[tuple[list[int], list[int]]], int]:
@@ -159,6 +160,7 @@ class RSFTTrainer:
         self.sampler = policy.sampler
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model = load_model(policy.path).to(self.device)
+        torch.manual_seed(config.seed)  # LoRA's initial A matrices: the same run starts from the same adapter
         if config.lora:
             from peft import LoraConfig, get_peft_model
 
@@ -222,6 +224,7 @@ class RSFTTrainer:
         loss, tokens, dropped, train_seconds = self.update(accepted)
         self.state.problems_seen += len(tasks)
         self.state.batches += 1
+        self.state.sampled += len(trajectories)
         reward = len(accepted) / len(trajectories)
         self.state.rewards.append(reward)
         window = self.state.rewards[-cfg.reward_window:]
@@ -323,7 +326,8 @@ class RSFTTrainer:
         self.optimizer.load_state_dict(extra["optimizer"])
         self.scheduler.load_state_dict(extra["scheduler"])
         data = json.loads((directory / "trainer_state.json").read_text())
-        self.state = TrainerState(data["problems_seen"], data["step"], data["batches"], list(data["rewards"]))
+        self.state = TrainerState(data["problems_seen"], data["step"], data["batches"], list(data["rewards"]),
+                                  int(data.get("sampled", 0)))
         self.sync_sampler()
         self.sampler.version = int(extra["sampler_version"])
 

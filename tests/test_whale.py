@@ -1,0 +1,135 @@
+"""The WHALE driver: every method within one budget, test data sealed off, resumable runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import whalekit.whale as whale
+from whalekit.models import load_policy
+from whalekit.runs import RunDir, without_timings
+from whalekit.whale import resolve_config, run_method
+
+METHODS = ["whale", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive"]
+
+
+def _config(tmp_path: Path, method: str, **overrides):
+    return resolve_config("smoke", domain="toy", method=method, runs_root=str(tmp_path), **overrides)
+
+
+def test_every_method_runs_end_to_end_and_ends_exactly_at_the_same_budget(tmp_path):
+    spent = {}
+    for method in METHODS:
+        run = run_method(_config(tmp_path, method), policy=load_policy("tiny-random"))
+        end = run.events("run_end")[-1]
+        assert end["budget"] == 96
+        assert end["rollouts"] <= end["budget"]
+        spent[method] = end["rollouts"]
+        evals = run.events("test_eval")
+        assert len(evals) >= 2 and all(0.0 <= e["mean_at_k"] <= 1.0 for e in evals)
+        assert all(e["k"] == 2 and e["n_tasks"] == 4 for e in evals)
+        phases = {e["event"] for e in run.events()}
+        if method == "weight_only":
+            assert "search_iteration" not in phases and "rsft_batch" in phases
+        if method == "harness_only":
+            assert "rsft_batch" not in phases and "search_iteration" in phases
+    assert set(spent.values()) == {96}, spent
+
+
+def test_a_finished_run_is_reused_not_recomputed(tmp_path, monkeypatch):
+    config = _config(tmp_path, "weight_only", budget=32)
+    run_method(config, policy=load_policy("tiny-random"))
+    monkeypatch.setattr(whale, "_Driver", None)  # any recomputation would now fail
+    assert run_method(config).done
+
+
+def test_test_tasks_never_reach_training_search_or_the_proposer(tmp_path, monkeypatch):
+    import whalekit.rsft as rsft
+    import whalekit.search as search
+
+    seen: dict[str, set[str]] = {"rsft": set(), "search": set()}
+
+    def spy(module, name):
+        original = module.rollout
+
+        def wrapped(domain, episodes, *args, **kwargs):
+            seen[name].update(e.task.id for e in episodes)
+            return original(domain, episodes, *args, **kwargs)
+
+        monkeypatch.setattr(module, "rollout", wrapped)
+
+    spy(rsft, "rsft")
+    spy(search, "search")
+    config = _config(tmp_path, "whale")
+    run = run_method(config, policy=load_policy("tiny-random"))
+    from whalekit.domains.base import get_domain
+
+    splits = get_domain("toy").load_splits(config.n_train, config.n_search, config.n_test, seed=config.seed)
+    test_ids = {t.id for t in splits.test}
+    assert seen["rsft"] and seen["search"]
+    assert not (seen["rsft"] | seen["search"]) & test_ids
+    assert seen["rsft"] <= {t.id for t in splits.train} and seen["search"] <= {t.id for t in splits.search}
+    archive_text = "".join(p.read_text() for p in (run.root / "archive").rglob("*") if p.is_file())
+    assert not any(f'"{tid}"' in archive_text for tid in test_ids)
+
+
+def test_adaptive_switching_never_depends_on_test_scores(tmp_path, monkeypatch):
+    first = run_method(_config(tmp_path / "a", "adaptive"), policy=load_policy("tiny-random"))
+    original = whale.evaluate_test
+
+    def flipped(*args, **kwargs):
+        trajectories = original(*args, **kwargs)
+        for t in trajectories:
+            t.correct, t.reward = not t.correct, 1.0 - t.reward
+        return trajectories
+
+    monkeypatch.setattr(whale, "evaluate_test", flipped)
+    second = run_method(_config(tmp_path / "b", "adaptive"), policy=load_policy("tiny-random"))
+    training = lambda run: [e for e in without_timings(run.events()) if e["event"] not in ("test_eval", "run_end")]
+    assert training(first) == training(second)
+    assert [e["mean_at_k"] for e in first.events("test_eval")] != [e["mean_at_k"] for e in second.events("test_eval")]
+
+
+_RUN_SCRIPT = """
+import sys
+from whalekit.whale import resolve_config, run_method
+run_method(resolve_config("smoke", domain="toy", method="whale", runs_root=sys.argv[1]))
+"""
+
+
+@pytest.mark.slow
+def test_a_run_killed_at_random_points_resumes_to_the_same_events(tmp_path):
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    straight = tmp_path / "straight"
+    subprocess.run([sys.executable, "-c", _RUN_SCRIPT, str(straight)], check=True, env=env, capture_output=True)
+    killed = tmp_path / "killed"
+    rng = random.Random(1)
+    kills = 0
+    events = RunDir(killed / "smoke" / "toy" / "whale-0.5,1-s0").events_path
+    for _ in range(4):
+        process = subprocess.Popen([sys.executable, "-c", _RUN_SCRIPT, str(killed)], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        target = (events.read_text().count("\n") if events.exists() else 0) + rng.randint(1, 4)
+        deadline = time.time() + 300
+        while process.poll() is None and time.time() < deadline:
+            if events.exists() and events.read_text().count("\n") >= target:
+                time.sleep(rng.uniform(0.0, 1.5))
+                process.send_signal(signal.SIGKILL)
+                kills += 1
+                break
+            time.sleep(0.05)
+        process.wait()
+    subprocess.run([sys.executable, "-c", _RUN_SCRIPT, str(killed)], check=True, env=env, capture_output=True)
+    assert kills >= 2
+    a = RunDir(straight / "smoke" / "toy" / "whale-0.5,1-s0")
+    b = RunDir(killed / "smoke" / "toy" / "whale-0.5,1-s0")
+    assert without_timings(b.events()) == without_timings(a.events())
+    assert json.loads((b.root / "state.json").read_text())["finished"]

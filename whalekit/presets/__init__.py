@@ -1,0 +1,31 @@
+"""Preset files: the sizes of a run as data, overridable field by field.
+
+`smoke` (seconds, tiny random model: tests and CI), `cpu` (the default: the paper's
+reproduction on a 2-core CPU with SmolLM2-135M), `paper` (the paper's settings; GPUs).
+
+    data = load_preset("cpu")        # dict, straight from whalekit/presets/cpu.yaml
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PRESET_DIR = Path(__file__).parent
+PRESETS = ("smoke", "cpu", "paper")
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """A preset by name, or any YAML file path with the same layout."""
+    path = Path(name) if name.endswith((".yaml", ".yml")) else PRESET_DIR / f"{name}.yaml"
+    if not path.exists():
+        raise ValueError(f"unknown preset {name!r}: no file {path}; known presets: {', '.join(PRESETS)}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: malformed YAML: {exc}") from exc
+    if not isinstance(data, dict) or "domains" not in data:
+        raise ValueError(f"{path}: a preset is a mapping with a 'domains' section")
+    return data

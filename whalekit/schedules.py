@@ -1,0 +1,107 @@
+"""Which phase runs next, and for how long: WHALE's fixed (E, I) schedules, the
+baselines' schedules, and the adaptive rule.
+
+A schedule only sees training signals (RSFT rewards, search-split archive scores): the
+driver never hands it a test or validation score, so it cannot peek.
+
+    schedule = make_schedule("whale", (0.6, 6))
+    stage = schedule.next_stage(history)      # Stage("weight", epochs=0.6) ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Kind = Literal["weight", "harness"]
+METHODS = ("whale", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
+
+
+@dataclass(frozen=True)
+class Stage:
+    kind: Kind
+    epochs: float = 0.0  # weight stages: epochs of the training set (fractional)
+    iterations: int = 0  # harness stages: search iterations
+    adaptive: bool = False  # length decided step by step by the adaptive rule
+
+
+@dataclass
+class StageRecord:
+    """What a finished stage did: the only history a schedule may read."""
+
+    kind: Kind
+    rollouts: int
+    steps: int
+
+
+@dataclass
+class AdaptiveConfig:
+    min_weight_batches: int = 2  # a weight stage runs at least this many RSFT batches
+    min_search_iterations: int = 2  # a harness stage runs at least this many iterations
+    patience: int = 2  # switch after this many steps without improvement of the stage's signal
+    max_stage_steps: int = 12  # a stage never runs longer than this many steps
+
+    def __post_init__(self) -> None:
+        if min(self.min_weight_batches, self.min_search_iterations, self.patience, self.max_stage_steps) < 1:
+            raise ValueError("adaptive schedule lengths and patience must be >= 1")
+
+
+def should_switch(signals: list[float], min_steps: int, patience: int, max_steps: int) -> bool:
+    """The adaptive rule for one stage. `signals` holds the stage's training signal after
+    each of its steps so far (weight phase: sliding-window mean training reward; harness
+    phase: best search-split score in the archive). Switch once the stage is at least
+    `min_steps` long and the signal has not improved on its running best for `patience`
+    steps, or the stage reached `max_steps`."""
+    if len(signals) >= max_steps:
+        return True
+    if len(signals) < min_steps:
+        return False
+    best_at = max(range(len(signals)), key=lambda i: (signals[i], -i))  # first time the best was reached
+    return len(signals) - 1 - best_at >= patience
+
+
+@dataclass
+class Schedule:
+    method: str
+    epochs: float  # E
+    iterations: int  # I
+    stagewise_split: float = 0.5  # stagewise: share of the budget spent in the first phase
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; known: {', '.join(METHODS)}")
+        if self.epochs <= 0 or self.iterations <= 0:
+            raise ValueError("a schedule needs E > 0 epochs and I > 0 iterations per stage")
+        if not 0 < self.stagewise_split < 1:
+            raise ValueError("stagewise_split must lie strictly between 0 and 1")
+
+    def next_stage(self, history: list[StageRecord], budget_total: int) -> Stage:
+        weight, harness = Stage("weight", epochs=self.epochs), Stage("harness", iterations=self.iterations)
+        last = history[-1].kind if history else None
+        if self.method == "weight_only":
+            return weight
+        if self.method == "harness_only":
+            return harness
+        if self.method in ("stagewise", "stagewise_reverse"):
+            first, second = (weight, harness) if self.method == "stagewise" else (harness, weight)
+            spent_first = sum(h.rollouts for h in history if h.kind == first.kind)
+            switched = any(h.kind == second.kind for h in history)
+            return first if not switched and spent_first < self.stagewise_split * budget_total else second
+        if self.method == "adaptive":
+            kind: Kind = "harness" if last == "weight" else "weight"
+            return Stage(kind, adaptive=True)
+        return harness if last == "weight" else weight  # whale and fst alternate, weights first
+
+
+def parse_schedule(text: str | tuple[float, int] | list[float]) -> tuple[float, int]:
+    """"0.6,6" -> (0.6, 6)."""
+    if isinstance(text, (tuple, list)):
+        epochs, iterations = text
+    else:
+        try:
+            epochs_text, iterations_text = str(text).split(",")
+            epochs, iterations = float(epochs_text), int(iterations_text)
+        except ValueError as exc:
+            raise ValueError(f"schedule must look like 'E,I' (e.g. '0.6,6'), got {text!r}") from exc
+    return float(epochs), int(iterations)

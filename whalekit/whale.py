@@ -1,0 +1,369 @@
+"""The WHALE driver: alternate RSFT stages and harness-search stages under one rollout
+budget, evaluate on the test split at every stage boundary, and keep a run directory that
+a killed run resumes from.
+
+    config = resolve_config("smoke", domain="toy", method="whale", schedule="0.6,6")
+    run = run_method(config)          # -> RunDir; run.events("test_eval")
+
+Test tasks only ever go to `evaluate_test`, which charges nothing and writes nowhere a
+proposer, trainer or schedule reads (enforced by construction: those components are given
+`splits.train` / `splits.search` and the archive, never `splits.test`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whalekit.budget import RolloutBudget
+from whalekit.domains.base import Domain, get_domain
+from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.presets import load_preset
+from whalekit.rsft import RSFTConfig
+from whalekit.runs import RunDir
+from whalekit.schedules import AdaptiveConfig, Schedule, Stage, StageRecord, parse_schedule, should_switch
+from whalekit.search import SearchConfig
+from whalekit.types import Task, Trajectory
+
+WEIGHT_METHODS = ("whale", "weight_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
+SEARCH_METHODS = ("whale", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
+
+
+@dataclass
+class RunConfig:
+    domain: str  # chess | math | searchqa | toy
+    method: str  # whale | weight_only | harness_only | stagewise | stagewise_reverse | fst | adaptive
+    schedule: tuple[float, int] = (0.6, 6)  # (E epochs, I iterations) per cycle
+    seed: int = 0
+    preset: str = "cpu"
+    model: str = "smollm2-135m"
+    sampler: str = "hf"  # hf | vllm | auto
+    budget: int = 1024  # total rollouts for training + search (test evaluation is free)
+    n_train: int = 32  # weight-training problems
+    n_search: int = 16  # harness-search problems
+    n_test: int = 32  # test problems
+    domain_options: dict[str, Any] = field(default_factory=dict)  # Domain(**options): difficulty mix etc.
+    split_options: dict[str, Any] = field(default_factory=dict)  # load_splits(**options): source files etc.
+    rsft: RSFTConfig = field(default_factory=RSFTConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    stagewise_split: float = 0.5  # stagewise: budget share of the first phase
+    eval_k: int = 8  # test mean@k: k samples per test problem
+    eval_temperature: float = 1.0
+    proposer: str = "reflective"  # reflective | anthropic | openai
+    proposer_options: dict[str, Any] = field(default_factory=dict)
+    runs_root: str = "runs"
+
+    def __post_init__(self) -> None:
+        self.schedule = parse_schedule(self.schedule)
+        if self.method not in WEIGHT_METHODS + SEARCH_METHODS:
+            raise ValueError(f"unknown method {self.method!r}")
+        if min(self.budget, self.n_test, self.eval_k) <= 0:
+            raise ValueError("budget, n_test and eval_k must be positive")
+        if self.method in WEIGHT_METHODS and self.n_train <= 0:
+            raise ValueError(f"{self.method} trains weights: n_train must be positive")
+        if self.method in SEARCH_METHODS and self.n_search <= 0:
+            raise ValueError(f"{self.method} searches harnesses: n_search must be positive")
+        for name, cls in (("rsft", RSFTConfig), ("search", SearchConfig), ("adaptive", AdaptiveConfig)):
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                setattr(self, name, cls(**value))
+        if self.rsft.seed != self.seed:
+            self.rsft = dataclasses.replace(self.rsft, seed=self.seed)
+
+    @property
+    def run_name(self) -> str:
+        if self.method in ("weight_only", "harness_only", "adaptive"):
+            return f"{self.method}-s{self.seed}"
+        epochs, iterations = self.schedule
+        return f"{self.method}-{epochs:g},{iterations}-s{self.seed}"
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.runs_root) / self.preset / self.domain / self.run_name
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def resolve_config(preset: str = "cpu", domain: str = "chess", method: str = "whale",
+                   schedule: str | tuple[float, int] | None = None, seed: int = 0, **overrides: Any) -> RunConfig:
+    """Preset file values, then the domain's section, then explicit overrides."""
+    data = load_preset(preset)
+    domains = data.pop("domains", {})
+    data.pop("grid", None)
+    data.pop("notes", None)
+    if domain not in domains:
+        raise ValueError(f"preset {preset!r} has no section for domain {domain!r}; it has {sorted(domains)}")
+    merged = _deep_merge(data, domains[domain])
+    merged = _deep_merge(merged, overrides)
+    if schedule is not None:
+        merged["schedule"] = schedule
+    return RunConfig(domain=domain, method=method, seed=seed, preset=preset, **merged)
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            else value
+    return out
+
+
+def mean_at_k(trajectories: list[Trajectory], domain: Domain) -> dict[str, Any]:
+    """Test metrics of one evaluation: mean accuracy over k samples per problem, per
+    sub-dataset, and the mean of every numeric behaviour flag."""
+    by_subset: dict[str, list[float]] = {}
+    flags: dict[str, list[float]] = {}
+    for t in trajectories:
+        by_subset.setdefault(t.subset, []).append(float(t.correct))
+        for key, value in t.flags.items():
+            if isinstance(value, (bool, int, float)) and value is not None:
+                flags.setdefault(key, []).append(float(value))
+    mean = sum(float(t.correct) for t in trajectories) / max(1, len(trajectories))
+    return {"mean_at_k": mean, "by_subset": {k: sum(v) / len(v) for k, v in sorted(by_subset.items())},
+            "behaviour": {k: sum(v) / len(v) for k, v in sorted(flags.items())}}
+
+
+def evaluate_test(domain: Domain, harness: Any, sampler: Any, tasks: list[Task], k: int, temperature: float,
+                  seed: int, index: int) -> list[Trajectory]:
+    """k rollouts per test task with the current weights and accepted harness; never charged."""
+    episodes = [Episode(task, harness, i) for task in tasks for i in range(k)]
+    return rollout(domain, episodes, sampler, RolloutConfig(temperature=temperature, seed=seed + 7_777_777,
+                                                            step=index, description=f"test eval {index}"))
+
+
+def make_proposer(name: str, domain: Domain, archive: Any, seed: int, options: dict[str, Any]) -> Any:
+    """reflective (offline default) | anthropic | openai, with options from the preset."""
+    if name == "reflective":
+        from whalekit.proposers.reflective import ReflectiveProposer
+
+        return ReflectiveProposer(domain.mechanisms(), seed=seed, **options)
+    if name in ("anthropic", "openai"):
+        from whalekit.proposers.agent_loop import AgentConfig
+        from whalekit.proposers.ledger import Ledger
+
+        options = dict(options)
+        connection = {k: options.pop(k) for k in ("api_key", "base_url") if k in options}
+        ledger = Ledger.for_archive(archive)
+        if name == "anthropic":
+            from whalekit.proposers.anthropic_agent import DEFAULT_MODEL, AnthropicProposer
+
+            config = AgentConfig(**{"model": DEFAULT_MODEL, **options})
+            return AnthropicProposer(domain, config, ledger=ledger, **connection)
+        from whalekit.proposers.openai_agent import OpenAIProposer
+
+        return OpenAIProposer(domain, AgentConfig(**options), ledger=ledger, **connection)
+    raise ValueError(f"unknown proposer {name!r}: reflective, anthropic or openai")
+
+
+class _Driver:
+    """One run's moving parts; `run_method` is the public entry point."""
+
+    def __init__(self, config: RunConfig, policy: Any = None):
+        from whalekit.archive import Archive
+
+        self.config = config
+        self.run = RunDir(config.run_dir)
+        self.domain = get_domain(config.domain, **config.domain_options)
+        self.splits = self.domain.load_splits(n_train=config.n_train, n_search=config.n_search,
+                                              n_test=config.n_test, seed=config.seed, **config.split_options)
+        if policy is None:
+            from whalekit.models import load_policy
+
+            policy = load_policy(config.model, sampler=config.sampler) if config.sampler != "hf" \
+                else load_policy(config.model)
+        self.policy = policy
+        self.sampler = policy.sampler
+        self.budget = RolloutBudget(config.budget)
+        self.h0_source = self.domain.initial_harness_source()
+        self.archive = Archive.open(self.run.root / "archive", self.domain.name)
+        self.seed_id = self.archive.ensure_seed(self.h0_source)
+        self.trainer = None
+        if config.method in WEIGHT_METHODS:
+            from whalekit.rsft import RSFTTrainer
+
+            self.trainer = RSFTTrainer(policy, self.domain, self.splits.train, config.rsft, self.budget)
+        epochs, iterations = config.schedule
+        self.schedule = Schedule(config.method, epochs, iterations, config.stagewise_split, config.adaptive)
+        self._runtimes: dict[str, Any] = {}
+
+    def _make_proposer(self, step: int = 0) -> Any:
+        proposer = make_proposer(self.config.proposer, self.domain, self.archive, self.config.seed * 100_003 + step,
+                                 self.config.proposer_options)
+        if self.config.method == "fst":
+            from whalekit.proposers.prompt_only import PromptOnly
+
+            proposer = PromptOnly(proposer)
+        return proposer
+
+    # -- harness runtimes -----------------------------------------------------------------
+    def runtime(self, candidate_id: str) -> Any:
+        if candidate_id not in self._runtimes:
+            source = self.archive.source(candidate_id)
+            if candidate_id == self.seed_id:
+                self._runtimes[candidate_id] = InProcessHarness(source, candidate_id)  # shipped with whalekit: trusted
+            else:
+                from whalekit.isolation import IsolatedHarness
+
+                self._runtimes[candidate_id] = IsolatedHarness(source, self.config.search.limits(), candidate_id)
+        return self._runtimes[candidate_id]
+
+    def close(self) -> None:
+        for runtime in self._runtimes.values():
+            if hasattr(runtime, "close"):
+                runtime.close()
+
+    # -- state ----------------------------------------------------------------------------
+    def fresh_state(self) -> dict[str, Any]:
+        return {"schema_version": 1, "step": 0, "stage": None, "stage_steps": 0, "stage_problems": 0,
+                "stage_signals": [], "stage_rollouts_start": 0, "history": [], "accepted_id": self.seed_id,
+                "evaluations": 0, "checkpoint": None, "stalled": 0, "finished": False, "started": time.time()}
+
+    def reconcile_budget(self) -> None:
+        """Rollouts spent = what the trainer sampled + what the archive evaluated: both are
+        durable, so a kill between charging and committing never loses or repeats a charge."""
+        spent_rsft = self.trainer.state.sampled if self.trainer else 0
+        spent_search = sum(int(score["n"]) for e in self.archive.entries() for score in e.scores.values())
+        self.budget.spent = spent_rsft + spent_search
+        self.budget.by_phase = {"rsft": spent_rsft, "search": spent_search}
+
+    def commit(self, state: dict[str, Any]) -> None:
+        self.run.commit(state)
+        keep = state.get("checkpoint")
+        folder = self.run.root / "checkpoints"
+        if folder.exists():
+            for old in folder.iterdir():
+                if str(old) != keep:
+                    shutil.rmtree(old, ignore_errors=True)
+
+    # -- steps ----------------------------------------------------------------------------
+    def evaluate(self, state: dict[str, Any], reason: str) -> None:
+        started = time.perf_counter()
+        index = state["evaluations"]
+        trajectories = evaluate_test(self.domain, self.runtime(state["accepted_id"]), self.sampler, self.splits.test,
+                                     self.config.eval_k, self.config.eval_temperature, self.config.seed, index)
+        self.run.write_trajectories(f"eval-{index:03d}", trajectories)
+        self.run.log("test_eval", index=index, reason=reason, rollouts=self.budget.spent,
+                     weights_version=self.sampler.version, accepted_id=state["accepted_id"], k=self.config.eval_k,
+                     n_tasks=len(self.splits.test), stages_done=len(state["history"]),
+                     wall_s=time.perf_counter() - started, **mean_at_k(trajectories, self.domain))
+        state["evaluations"] = index + 1
+
+    def weight_step(self, state: dict[str, Any], stage: Stage) -> bool:
+        assert self.trainer is not None
+        goal = round(stage.epochs * len(self.splits.train)) if not stage.adaptive else None
+        left = self.config.rsft.batch_problems if goal is None else goal - state["stage_problems"]
+        n = min(left, self.config.rsft.batch_problems, self.budget.remaining // self.config.rsft.samples_per_problem)
+        if n <= 0:
+            return False
+        record = self.trainer.step(self.runtime(state["accepted_id"]), n)
+        checkpoint = self.run.root / "checkpoints" / f"rsft-{self.trainer.state.batches:05d}"
+        self.trainer.save_checkpoint(checkpoint)
+        state["checkpoint"] = str(checkpoint)
+        state["stage_problems"] += n
+        state["stage_signals"].append(record.reward_window_mean)
+        self.run.log("rsft_batch", phase_step=state["step"], rollouts=self.budget.spent, **asdict(record))
+        return True
+
+    def harness_step(self, state: dict[str, Any]) -> bool:
+        from whalekit.search import run_search_stage
+
+        if self.budget.remaining < len(self.splits.search):
+            return False
+        before = self.budget.spent
+        one = dataclasses.replace(self.config.search, iterations=1)
+        # A proposer per iteration, seeded by the step: a resumed run proposes what an
+        # uninterrupted one would have.
+        proposer = self._make_proposer(state["step"])
+        accepted = run_search_stage(self.domain, self.archive, proposer, self.sampler, self.splits.search,
+                                    self.budget, one, weights_version=self.sampler.version, seed=self.config.seed,
+                                    step=state["step"])
+        self.reconcile_budget()
+        if self.budget.spent == before:
+            return False
+        state["accepted_id"] = accepted
+        board = self.archive.leaderboard(self.sampler.version)
+        best = board[0][1] if board else 0.0
+        state["stage_signals"].append(best)
+        self.run.log("search_iteration", phase_step=state["step"], rollouts=self.budget.spent,
+                     weights_version=self.sampler.version, accepted_id=accepted, best_score=best,
+                     accepted_score=self.archive.entry(accepted).score(self.sampler.version),
+                     archive_size=len(self.archive))
+        return True
+
+    def stage_finished(self, state: dict[str, Any], stage: Stage) -> bool:
+        if stage.adaptive:
+            cfg = self.config.adaptive
+            minimum = cfg.min_weight_batches if stage.kind == "weight" else cfg.min_search_iterations
+            return should_switch(state["stage_signals"], minimum, cfg.patience, cfg.max_stage_steps)
+        if stage.kind == "weight":
+            return state["stage_problems"] >= round(stage.epochs * len(self.splits.train))
+        return state["stage_steps"] >= stage.iterations
+
+    # -- the loop -------------------------------------------------------------------------
+    def execute(self) -> RunDir:
+        state = self.run.state()
+        if state and state.get("finished"):
+            return self.run
+        if state:
+            self.run.roll_back_uncommitted_events()
+            if self.trainer is not None and state["checkpoint"]:
+                self.trainer.load_checkpoint(Path(state["checkpoint"]))
+            self.reconcile_budget()
+        else:
+            state = self.fresh_state()
+            self.run.events_path.unlink(missing_ok=True)  # a start killed before its first commit
+            self.run.write_config(self.config.to_json())
+            self.run.log("run_start", rollouts=0, budget=self.budget.total, method=self.config.method,
+                         schedule=list(self.config.schedule), domain=self.config.domain, seed=self.config.seed,
+                         n_train=len(self.splits.train), n_search=len(self.splits.search), n_test=len(self.splits.test))
+            self.evaluate(state, "initial")
+            self.commit(state)
+        try:
+            while state["stalled"] < 2 and self.budget.remaining > 0:
+                if state["stage"] is None:
+                    history = [StageRecord(**h) for h in state["history"]]
+                    stage = self.schedule.next_stage(history, self.budget.total)
+                    state.update(stage=asdict(stage), stage_steps=0, stage_problems=0, stage_signals=[],
+                                 stage_rollouts_start=self.budget.spent)
+                    self.run.log("stage_start", kind=stage.kind, stage=len(history), rollouts=self.budget.spent,
+                                 epochs=stage.epochs, iterations=stage.iterations, adaptive=stage.adaptive)
+                stage = Stage(**state["stage"])
+                progressed = self.weight_step(state, stage) if stage.kind == "weight" else self.harness_step(state)
+                if progressed:
+                    state["stage_steps"] += 1
+                    state["step"] += 1
+                if not progressed or self.stage_finished(state, stage):
+                    rollouts = self.budget.spent - state["stage_rollouts_start"]
+                    state["history"].append({"kind": stage.kind, "rollouts": rollouts, "steps": state["stage_steps"]})
+                    state["stalled"] = 0 if state["stage_steps"] else state["stalled"] + 1
+                    self.run.log("stage_end", kind=stage.kind, stage=len(state["history"]) - 1,
+                                 rollouts=self.budget.spent, steps=state["stage_steps"], stage_rollouts=rollouts)
+                    if state["stage_steps"]:
+                        self.evaluate(state, f"after {stage.kind} stage")
+                    state["stage"] = None
+                self.commit(state)
+            evals = self.run.events("test_eval")
+            best = max(evals, key=lambda e: e["mean_at_k"])
+            self.run.log("run_end", rollouts=self.budget.spent, budget=self.budget.total,
+                         best_mean_at_k=best["mean_at_k"], best_at_rollouts=best["rollouts"],
+                         final_mean_at_k=evals[-1]["mean_at_k"], accepted_id=state["accepted_id"],
+                         by_phase=self.budget.by_phase, wall_s=time.time() - state["started"])
+            state["finished"] = True
+            self.commit(state)
+        finally:
+            self.close()
+        return self.run
+
+
+def run_method(config: RunConfig, policy: Any = None) -> RunDir:
+    """Run (or resume, or reuse when finished) one (domain, method, schedule, seed) run."""
+    run = RunDir(config.run_dir)
+    if run.done:
+        return run
+    return _Driver(config, policy).execute()
