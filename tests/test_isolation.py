@@ -72,7 +72,6 @@ def test_isolated_episode_gives_the_same_requests_as_in_process() -> None:
     ("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)", "PermissionError", False),
     ("import sys\nsys.exit(3)", "SystemExit", False),
     ("import os\nos._exit(3)", "worker_crash", True),
-    ("return 'x' * (100 << 20)", "exceeded 64 MiB", True),  # a flood over the pipe
 ])
 def test_hostile_hooks_end_the_episode_as_a_recorded_failure(body: str, expected: str, worker_dies: bool) -> None:
     with IsolatedHarness(_hook(body), FAST) as runtime:
@@ -84,6 +83,13 @@ def test_hostile_hooks_end_the_episode_as_a_recorded_failure(body: str, expected
             later = runtime.new_episode(TASK).begin()
             assert isinstance(later, Finished) and later.error == runtime.failure
     assert not Path("/tmp/whalekit_isolation_pwned").exists()
+
+
+def test_a_reply_flooding_the_pipe_kills_the_worker() -> None:
+    with IsolatedHarness(_hook("return 'x' * (80 << 20)"), IsolationLimits(hook_timeout_s=30.0)) as runtime:
+        request = runtime.new_episode(TASK).begin()
+        assert isinstance(request, Finished) and "exceeded 64 MiB" in (request.error or "")
+        assert runtime.failure is not None
 
 
 def test_worker_sees_no_secrets_from_the_parent_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -194,12 +194,13 @@ class IsolatedHarness:
         assert self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
+        chunks, size = [self._buffer], len(self._buffer)
+        while b"\n" not in chunks[-1]:  # only the newest chunk can hold the first newline
             left = deadline - time.monotonic()
             ready, _, _ = select.select([fd], [], [], max(left, 0))
             if not ready:
                 self._fail(f"hook_timeout: a hook ran longer than {timeout:.1f}s; worker killed")
-            chunk = os.read(fd, 1 << 16)
+            chunk = os.read(fd, 1 << 20)
             if not chunk:
                 try:
                     code = self._proc.wait(timeout=5)
@@ -207,10 +208,11 @@ class IsolatedHarness:
                     self._fail("worker_crash: the worker closed its pipe")
                 self._fail(f"worker_crash: the worker exited with code {code}" +
                            (" (killed: CPU or memory limit, or a signal)" if code < 0 else ""))
-            self._buffer += chunk
-            if len(self._buffer) > MAX_REPLY_BYTES:
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > MAX_REPLY_BYTES:
                 self._fail(f"harness_error: a reply from the worker exceeded {MAX_REPLY_BYTES >> 20} MiB")
-        line, self._buffer = self._buffer.split(b"\n", 1)
+        line, self._buffer = b"".join(chunks).split(b"\n", 1)
         return line
 
     def _fail(self, reason: str) -> None:
@@ -357,10 +359,6 @@ def _worker_main() -> None:
 
     signal.signal(signal.SIGALRM, on_alarm)
 
-    def reply(data: dict[str, Any]) -> None:
-        out.write(json.dumps(data) + "\n")
-        out.flush()
-
     while True:
         line = inbox.readline()
         if not line:
@@ -368,40 +366,39 @@ def _worker_main() -> None:
         message = json.loads(line)
         op = message["op"]
         signal.setitimer(signal.ITIMER_REAL, timeout)
-        try:
+        try:  # everything, encoding included, runs under the alarm; the write after it does not
             if op == "load":
                 limits = message["limits"]
                 timeout = float(limits["hook_timeout_s"])
                 protections = _lock_down(limits)
                 signal.setitimer(signal.ITIMER_REAL, timeout)
                 harness = load_harness(message["source"])
-                reply({"ok": True, "protections": protections})
-                continue
-            episode = int(message["episode"])
-            if op == "begin":
-                task = message["task"]
-                drivers[episode] = EpisodeDriver(harness, TaskView(task["id"], task["domain"], task["inputs"],
-                                                                   task.get("subset", "default")))
-                request = drivers[episode].begin()
-            elif op == "generation":
-                request = drivers[episode].after_generation(message["text"], message["prefill"])
-            elif op == "tools":
-                results = [ToolResult(**r) for r in message["results"]]
-                request = drivers[episode].after_tools(results)
+                text = json.dumps({"ok": True, "protections": protections})
             else:
-                raise ValueError(f"unknown op {op!r}")
-            encoded = encode_request(request)
-            json.dumps(encoded)  # not JSON-able -> the harness's error, reported below
-            if isinstance(request, Finished):
-                drivers.pop(episode, None)
-            reply({"request": encoded})
+                episode = int(message["episode"])
+                if op == "begin":
+                    task = message["task"]
+                    drivers[episode] = EpisodeDriver(harness, TaskView(task["id"], task["domain"], task["inputs"],
+                                                                       task.get("subset", "default")))
+                    request = drivers[episode].begin()
+                elif op == "generation":
+                    request = drivers[episode].after_generation(message["text"], message["prefill"])
+                elif op == "tools":
+                    request = drivers[episode].after_tools([ToolResult(**r) for r in message["results"]])
+                else:
+                    raise ValueError(f"unknown op {op!r}")
+                text = json.dumps({"request": encode_request(request)})  # not JSON-able: the harness's error
+                if isinstance(request, Finished):
+                    drivers.pop(episode, None)
         except _HookTimeout:
             drivers.pop(message.get("episode"), None)
-            reply({"error": f"hook_timeout: a hook ran longer than {timeout:.1f}s", "ok": False})
+            text = json.dumps({"error": f"hook_timeout: a hook ran longer than {timeout:.1f}s", "ok": False})
         except BaseException as exc:  # noqa: BLE001 - SystemExit, MemoryError, ...: all are the harness's failure
             drivers.pop(message.get("episode"), None)
             where = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-2:])[-600:]
             prefix = "load_error" if op == "load" else "harness_error"
-            reply({"error": f"{prefix}: {type(exc).__name__}: {exc}\n{where}".strip(), "ok": False})
+            text = json.dumps({"error": f"{prefix}: {type(exc).__name__}: {exc}\n{where}".strip(), "ok": False})
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        out.write(text + "\n")
+        out.flush()
