@@ -21,7 +21,8 @@ H0 = ToyDomain().initial_harness_source()
 
 def _trajectories(correct: list[bool], version: int = 0) -> list[Trajectory]:
     return [Trajectory(task_id=f"t{i}", domain="toy", harness_id="h", sample_index=i, correct=c, reward=float(c),
-                       final_answer="1" if c else None, policy_version=version) for i, c in enumerate(correct)]
+                       final_answer="1" if c else None, policy_version=version,
+                       flags={"truncated": not c, "turns": 1 + i}) for i, c in enumerate(correct)]
 
 
 def _modes(trajs: list[Trajectory]) -> list[str | None]:
@@ -71,6 +72,7 @@ def test_report_groups_failures_and_shows_what_new_weights_solve_or_lose(tmp_pat
     archive.mark_invalid(child, "dry run failed: boom")
     text = archive.report()
     assert "### wrong_answer: 2 tasks" in text
+    assert "behaviour flags over these failures: truncated=2/2, turns=mean 2.00" in text
     assert "now solved: ['t1']" in text and "now lost: ['t0']" in text
     assert "dry run failed: boom" in text
 

@@ -33,6 +33,19 @@ def weight_change(archive: Archive, candidate_id: str, old: int, new: int) -> di
             "now_lost": sorted(t for t in shared if before[t] and not after[t])}
 
 
+def flag_summary(outcomes: list[dict[str, Any]]) -> dict[str, str]:
+    """Behaviour flags over some outcomes: how many had each true flag, the mean of each number."""
+    summary: dict[str, str] = {}
+    keys = sorted({k for o in outcomes for k in (o.get("flags") or {})})
+    for key in keys:
+        values = [o["flags"][key] for o in outcomes if key in (o.get("flags") or {})]
+        if all(isinstance(v, bool) for v in values):
+            summary[key] = f"{sum(values)}/{len(values)}"
+        elif all(isinstance(v, (int, float)) for v in values):
+            summary[key] = f"mean {sum(values) / len(values):.2f}"
+    return summary
+
+
 def _trace(archive: Archive, candidate_id: str, version: int, task_id: str, limit: int = 600) -> str:
     for traj in archive.trajectories(candidate_id, version):
         if traj.task_id == task_id:
@@ -70,6 +83,9 @@ def render_report(archive: Archive, weights_version: int | None = None, top: int
         for o in archive.outcomes(best, version):
             if not o["correct"]:
                 grouped[o["failure_mode"] or "unknown"].append(o)
+        flags = flag_summary([o for rows in grouped.values() for o in rows])
+        if flags:
+            out.append("behaviour flags over these failures: " + ", ".join(f"{k}={v}" for k, v in flags.items()))
         for mode, rows in sorted(grouped.items(), key=lambda kv: -len(kv[1])):
             out.append(f"### {mode}: {len(rows)} tasks")
             for o in rows[:failures_per_mode]:
