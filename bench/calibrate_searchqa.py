@@ -41,6 +41,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--batch", type=int, default=64, help="sampler max batch size")
     parser.add_argument("--json", help="also write the summary to this file")
+    parser.add_argument("--progress", action="store_true", help="show a progress bar per rollout")
     args = parser.parse_args()
 
     domain = get_domain("searchqa")
@@ -52,7 +53,7 @@ def main() -> None:
         episodes = [Episode(task, runtime, i) for task in splits.test for i in range(args.samples)]
         start = time.perf_counter()
         trajectories = rollout(domain, episodes, policy.sampler,
-                               RolloutConfig(temperature=args.temperature, seed=args.seed, progress=False))
+                               RolloutConfig(temperature=args.temperature, seed=args.seed, progress=args.progress))
         wall = time.perf_counter() - start
         summary = summarize(trajectories)
         by_family: dict[str, list[float]] = defaultdict(list)

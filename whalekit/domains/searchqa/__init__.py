@@ -113,7 +113,7 @@ class SearchQADomain(Domain):
 
     # --- tools --------------------------------------------------------------------
     def toolbox(self) -> Toolbox:
-        index, default_k = self.index, self.default_k
+        default_k = self.default_k
 
         def search(task: TaskView, args: dict[str, Any]) -> ToolResult:
             query = args.get("query", "")
@@ -124,7 +124,7 @@ class SearchQADomain(Domain):
                 k = max(1, min(MAX_K, int(args.get("k", default_k))))
             except (TypeError, ValueError):
                 k = default_k
-            hits = index.search(query, k)
+            hits = self.index.search(query, k)  # the corpus loaded last, even for an older toolbox
             documents = [{"id": h.document.id, "title": h.document.title, "text": h.document.text,
                           "score": round(h.score, 4)} for h in hits]
             meta = {"query": query, "k": k, "doc_ids": [d["id"] for d in documents],

@@ -153,7 +153,7 @@ def few_shot(self, task):
 
 MORE_TURNS = Mechanism(
     name="more_turns",
-    hypothesis="Two-hop questions need two searches and an answer; four turns leave no room for one "
+    hypothesis="Two-hop questions need two searches and an answer; three turns leave no room for one "
                "format slip, six do.",
     targets=("no_answer", "retrieval_miss"),
     attributes={"max_turns": "6"},

@@ -1,6 +1,6 @@
 """Search-QA h0: deliberately plain. The system prompt describes a `search` tool in a
 simple text format (<search>query</search>); each search returns k=5 documents
-untruncated; the answer must come as <answer>...</answer>; at most 4 turns."""
+untruncated; the answer must come as <answer>...</answer>; at most 3 turns, 64 new tokens a turn."""
 
 import re
 
@@ -9,7 +9,7 @@ from whalekit.types import ToolCall
 
 
 class SearchH0(Harness):
-    max_turns = 4
+    max_turns = 3
 
     def system_prompt(self, task):
         return ("You answer questions using a search engine. To search, write <search>your query</search> and "
@@ -20,7 +20,7 @@ class SearchH0(Harness):
         return "Question: " + task.inputs["question"]
 
     def generation_settings(self, state):
-        return GenerationSettings(max_new_tokens=128, stop=["</search>", "</answer>"])
+        return GenerationSettings(max_new_tokens=64, stop=["</search>", "</answer>"])
 
     def parse(self, reply, state):
         answer = re.search(r"<answer>(.*?)(</answer>|$)", reply, re.S)
