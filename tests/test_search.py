@@ -65,7 +65,7 @@ LATE_HANG = H0.replace('    def parse(self, reply, state):\n', '''    def parse(
 ''')
 
 
-def test_reflective_search_records_every_candidate_and_charges_each_rollout_once(tmp_path: Path,
+def test_reflective_search_records_candidates_charges_each_rollout_once_and_rescores_new_weights(tmp_path: Path,
                                                                                tiny_policy: Any) -> None:
     archive, budget, events = _archive(tmp_path), RolloutBudget(100), []
     config = SearchConfig(iterations=2, candidates_per_iteration=2, **FAST)
@@ -82,6 +82,15 @@ def test_reflective_search_records_every_candidate_and_charges_each_rollout_once
         assert archive.source(entry.id) != archive.source(entry.parent_ids[0])
     test_ids = {t.id for t in SPLITS.test}
     assert not test_ids & {o["task_id"] for e in evaluated for o in archive.outcomes(e.id, 0)}
+
+    # New weights: the next stage first re-scores h0, the accepted and the top-1 (charged), then proposes.
+    spent = budget.spent
+    accepted = run_search_stage(DOMAIN, archive, ScriptedProposer([]), tiny_policy.sampler, SPLITS.search, budget,
+                                SearchConfig(iterations=0, rescore_top=1, **FAST), weights_version=1, seed=0, step=1)
+    rescored = [e.id for e in archive.entries() if 1 in e.scores]
+    assert archive.seed_id() in rescored and accepted in rescored and len(rescored) <= 2
+    assert budget.spent - spent == len(rescored) * len(SPLITS.search)
+    assert "## Weight update 0 -> 1" in archive.report(1)
 
 
 def test_hostile_candidates_end_as_recorded_failures_and_the_search_goes_on(tmp_path: Path,
@@ -134,21 +143,6 @@ def test_a_stage_killed_mid_evaluation_resumes_without_losing_or_redoing_work(tm
     assert len([e for e in reopened.entries() if 0 in e.scores]) == 5  # h0 not re-scored, no extra proposals
     assert budget.spent - spent_before == 4 * len(SPLITS.search)
     assert reopened.stage_progress("step0-w0")["iterations_done"] == 2
-
-
-def test_new_weights_rescore_the_accepted_and_top_candidates_before_proposing(tmp_path: Path,
-                                                                            tiny_policy: Any) -> None:
-    archive, budget = _archive(tmp_path), RolloutBudget(100)
-    run_search_stage(DOMAIN, archive, ReflectiveProposer(DOMAIN.mechanisms(), seed=0), tiny_policy.sampler,
-                     SPLITS.search, budget, SearchConfig(iterations=1, candidates_per_iteration=2, rescore_top=1,
-                                                         **FAST), 0, 0)
-    spent = budget.spent
-    accepted = run_search_stage(DOMAIN, archive, ScriptedProposer([]), tiny_policy.sampler, SPLITS.search, budget,
-                                SearchConfig(iterations=0, rescore_top=1, **FAST), weights_version=1, seed=0, step=1)
-    rescored = [e.id for e in archive.entries() if 1 in e.scores]
-    assert archive.seed_id() in rescored and accepted in rescored and len(rescored) <= 2
-    assert budget.spent - spent == len(rescored) * len(SPLITS.search)
-    assert "## Weight update 0 -> 1" in archive.report(1)
 
 
 def test_the_stage_stops_cleanly_when_the_budget_cannot_cover_a_candidate(tmp_path: Path, tiny_policy: Any) -> None:
