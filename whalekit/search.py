@@ -102,7 +102,11 @@ def _to_rescore(archive: Archive, weights_version: int, top: int) -> list[str]:
 def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: Sampler, search_tasks: list[Task],
                      budget: RolloutBudget, config: SearchConfig, weights_version: int, seed: int, step: int = 0,
                      on_iteration: Callable[[dict[str, Any]], None] | None = None) -> str:
-    """Run (or resume) one search stage; return the accepted harness id at `weights_version`."""
+    """Run (or resume) one search stage; return the accepted harness id at `weights_version`.
+
+    Candidates that fail validation or crash are recorded and the stage goes on; a
+    `ProposerError` (no API key, endpoint down after retries) propagates, since the stage
+    cannot continue without its proposer. Running out of budget ends the stage cleanly."""
     if not search_tasks:
         raise ValueError("run_search_stage needs at least one search task")
     archive.seed_id()  # clear error when the archive was not seeded
