@@ -222,15 +222,20 @@ class _Driver:
     def fresh_state(self) -> dict[str, Any]:
         return {"schema_version": 1, "step": 0, "stage": None, "stage_steps": 0, "stage_problems": 0,
                 "stage_signals": [], "stage_rollouts_start": 0, "history": [], "accepted_id": self.seed_id,
-                "evaluations": 0, "checkpoint": None, "stalled": 0, "finished": False, "started": time.time()}
+                "evaluations": 0, "checkpoint": None, "stalled": 0, "finished": False, "started": time.time(),
+                "search_rollouts": 0}
 
-    def reconcile_budget(self) -> None:
-        """Rollouts spent = what the trainer sampled + what the archive evaluated: both are
-        durable, so a kill between charging and committing never loses or repeats a charge."""
+    def archive_rollouts(self) -> int:
+        return sum(int(score["n"]) for e in self.archive.entries() for score in e.scores.values())
+
+    def restore_budget(self, state: dict[str, Any]) -> None:
+        """Rollouts spent at the last commit: what the committed trainer checkpoint sampled
+        plus the search rollouts committed with the state. (The archive may hold the
+        evaluations of a step that was killed before its commit; that step is redone and
+        charged again, exactly as in an uninterrupted run.)"""
         spent_rsft = self.trainer.state.sampled if self.trainer else 0
-        spent_search = sum(int(score["n"]) for e in self.archive.entries() for score in e.scores.values())
-        self.budget.spent = spent_rsft + spent_search
-        self.budget.by_phase = {"rsft": spent_rsft, "search": spent_search}
+        self.budget.spent = spent_rsft + state["search_rollouts"]
+        self.budget.by_phase = {"rsft": spent_rsft, "search": state["search_rollouts"]}
 
     def commit(self, state: dict[str, Any]) -> None:
         self.run.commit(state)
@@ -283,7 +288,10 @@ class _Driver:
         accepted = run_search_stage(self.domain, self.archive, proposer, self.sampler, self.splits.search,
                                     self.budget, one, weights_version=self.sampler.version, seed=self.config.seed,
                                     step=state["step"])
-        self.reconcile_budget()
+        # The archive is the durable record of what search sampled, including evaluations a
+        # killed attempt at this very step had already written.
+        state["search_rollouts"] = self.archive_rollouts()
+        self.restore_budget(state)
         if self.budget.spent == before:
             return False
         state["accepted_id"] = accepted
@@ -314,7 +322,7 @@ class _Driver:
             self.run.roll_back_uncommitted_events()
             if self.trainer is not None and state["checkpoint"]:
                 self.trainer.load_checkpoint(Path(state["checkpoint"]))
-            self.reconcile_budget()
+            self.restore_budget(state)
         else:
             state = self.fresh_state()
             self.run.events_path.unlink(missing_ok=True)  # a start killed before its first commit
