@@ -22,13 +22,14 @@ from typing import Any
 from whalekit.budget import RolloutBudget
 from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
-from whalekit.presets import load_preset
+from whalekit.presets import load_preset, missing_data_files
 from whalekit.rsft import RSFTConfig
 from whalekit.runs import RunDir
 from whalekit.schedules import AdaptiveConfig, Schedule, Stage, StageRecord, parse_schedule, should_switch
 from whalekit.search import SearchConfig
 from whalekit.types import Task, Trajectory
 
+METHODS_ALL = ("whale", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
 WEIGHT_METHODS = ("whale", "weight_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
 SEARCH_METHODS = ("whale", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
 
@@ -103,6 +104,10 @@ def resolve_config(preset: str = "cpu", domain: str = "chess", method: str = "wh
     merged = _deep_merge(merged, overrides)
     if schedule is not None:
         merged["schedule"] = schedule
+    missing = missing_data_files(merged.get("split_options", {}))
+    if missing:
+        raise FileNotFoundError(f"preset {preset!r}, domain {domain!r}: missing data files (set WHALEKIT_DATA or "
+                                f"override split_options):\n  " + "\n  ".join(missing))
     return RunConfig(domain=domain, method=method, seed=seed, preset=preset, **merged)
 
 

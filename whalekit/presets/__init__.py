@@ -8,6 +8,7 @@ reproduction on a 2-core CPU with SmolLM2-135M), `paper` (the paper's settings; 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -28,4 +29,21 @@ def load_preset(name: str) -> dict[str, Any]:
         raise ValueError(f"{path}: malformed YAML: {exc}") from exc
     if not isinstance(data, dict) or "domains" not in data:
         raise ValueError(f"{path}: a preset is a mapping with a 'domains' section")
-    return data
+    return _expand(data)
+
+
+def _expand(value: Any) -> Any:
+    """${WHALEKIT_DATA} (default ./data) and other environment variables in strings."""
+    if isinstance(value, dict):
+        return {k: _expand(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v) for v in value]
+    if isinstance(value, str) and "$" in value:
+        return os.path.expandvars(value.replace("${WHALEKIT_DATA}", os.environ.get("WHALEKIT_DATA", "data")))
+    return value
+
+
+def missing_data_files(split_options: dict[str, Any]) -> list[str]:
+    """Data files a configuration names that do not exist on this machine."""
+    return [str(split_options[key]) for key in ("path", "corpus")
+            if split_options.get(key) and not Path(str(split_options[key])).exists()]

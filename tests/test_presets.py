@@ -1,0 +1,42 @@
+"""Every preset file loads and resolves for every domain it names (torchtune's habit)."""
+
+from __future__ import annotations
+
+import pytest
+
+from whalekit.presets import PRESETS, load_preset
+from whalekit.whale import METHODS_ALL, resolve_config
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_resolves_for_every_domain_and_method(preset, tmp_path, monkeypatch):
+    data = load_preset(preset)
+    for domain, section in data["domains"].items():
+        for key in ("path", "corpus"):  # the paper preset names user-supplied files: fake them here
+            value = section.get("split_options", {}).get(key)
+            if value:
+                monkeypatch.setenv("WHALEKIT_DATA", str(tmp_path))
+        data = load_preset(preset)
+        for option in data["domains"][domain].get("split_options", {}).values():
+            if isinstance(option, str) and option.startswith(str(tmp_path)):
+                target = tmp_path / option[len(str(tmp_path)) + 1:]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text("")
+        for method in METHODS_ALL:
+            config = resolve_config(preset, domain, method)
+            assert config.budget > 0 and config.eval_k > 0
+            if config.method in ("whale", "weight_only"):
+                assert config.budget % config.rsft.samples_per_problem == 0
+
+
+def test_missing_paper_data_is_listed(monkeypatch, tmp_path):
+    monkeypatch.setenv("WHALEKIT_DATA", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="missing data files"):
+        resolve_config("paper", "chess", "whale")
+
+
+def test_unknown_preset_and_domain_are_clear_errors():
+    with pytest.raises(ValueError, match="unknown preset"):
+        load_preset("nope")
+    with pytest.raises(ValueError, match="no section for domain"):
+        resolve_config("smoke", "nope", "whale")
