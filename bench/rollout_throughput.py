@@ -1,10 +1,12 @@
-"""Rollout throughput: the batched engine against a naive one-episode-at-a-time loop.
+"""Rollout throughput: the batched engine against a naive one-episode-at-a-time loop,
+and the transformers sampler against the vLLM sampler inside the full multi-turn engine.
 
-Runs in one process so the ratio is robust to a noisy machine. Also measures a large
+Runs in one process so the ratios are robust to a noisy machine. Also measures a large
 bf16 matmul to place the engine against the compute ceiling (≈ 2 × parameters FLOPs per
-generated token).
+generated token), and, for vLLM, the seconds one weight sync takes.
 
     python bench/rollout_throughput.py --batches 1 8 32 64 --new-tokens 128
+    flock /tmp/whalekit-cpu.lock python bench/rollout_throughput.py --sampler hf vllm --batches 64
 """
 
 from __future__ import annotations
@@ -64,12 +66,35 @@ def naive_loop(policy, domain, harness, tasks, new_tokens: int) -> tuple[int, fl
     return tokens, time.perf_counter() - start
 
 
+def engine_rates(domain, runtime, tasks, sampler, batches: list[int]) -> dict[int, tuple[int, float]]:
+    """(generated tokens, seconds) of one full-engine rollout per batch size."""
+    results = {}
+    for batch in batches:
+        episodes = [Episode(t, runtime, 0) for t in tasks[:batch]]
+        start = time.perf_counter()
+        trajectories = rollout(domain, episodes, sampler, RolloutConfig(temperature=1.0, progress=False))
+        results[batch] = (sum(t.generated_tokens for t in trajectories), time.perf_counter() - start)
+    return results
+
+
+def weight_sync_seconds(sampler, state_dict, repeats: int = 3) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        sampler.load_weights(state_dict)
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--naive-episodes", type=int, default=4, help="episodes timed for the naive loop")
+    parser.add_argument("--sampler", nargs="+", choices=["hf", "vllm"], default=["hf"],
+                        help="samplers to compare in the engine (vllm: bf16, one engine for all batch sizes)")
+    parser.add_argument("--vllm-dtype", default="bfloat16")
     args = parser.parse_args()
 
     import torch
@@ -89,16 +114,33 @@ def main() -> None:
     print(f"model {args.model}: {n_params / 1e6:.1f} M parameters, {torch.get_num_threads()} threads")
     print(f"bf16 matmul: {flops / 1e9:.0f} GFLOP/s -> compute ceiling {ceiling:.0f} generated tok/s")
     print(f"naive loop (model.generate per episode): {naive_rate:.1f} tok/s over {args.naive_episodes} episodes")
-    print(f"{'batch':>6} {'tokens':>7} {'seconds':>8} {'tok/s':>8} {'x naive':>8} {'% ceiling':>10}")
-    for batch in args.batches:
-        episodes = [Episode(t, runtime, 0) for t in tasks[:batch]]
-        start = time.perf_counter()
-        trajectories = rollout(domain, episodes, policy.sampler, RolloutConfig(temperature=1.0, progress=False))
-        seconds = time.perf_counter() - start
-        tokens = sum(t.generated_tokens for t in trajectories)
-        rate = tokens / seconds
-        print(f"{batch:>6} {tokens:>7} {seconds:>8.1f} {rate:>8.1f} {rate / naive_rate:>8.2f} "
-              f"{100 * rate / ceiling:>9.1f}%")
+    rates: dict[str, dict[int, float]] = {}
+    for kind in args.sampler:
+        sync = None
+        if kind == "hf":
+            sampler = policy.sampler
+        else:
+            from whalekit.samplers.vllm import VLLMSampler
+
+            start = time.perf_counter()
+            sampler = VLLMSampler(policy.path, policy.tokenizer, dtype=args.vllm_dtype)
+            print(f"vllm engine start-up: {time.perf_counter() - start:.1f} s")
+        results = engine_rates(domain, runtime, tasks, sampler, args.batches)
+        if kind == "vllm":
+            sync = weight_sync_seconds(sampler, policy.model.state_dict())
+            sampler.close()
+        rates[kind] = {b: tokens / seconds for b, (tokens, seconds) in results.items()}
+        print(f"\nsampler {kind}")
+        print(f"{'batch':>6} {'tokens':>7} {'seconds':>8} {'tok/s':>8} {'x naive':>8} {'% ceiling':>10}")
+        for batch, (tokens, seconds) in results.items():
+            rate = tokens / seconds
+            print(f"{batch:>6} {tokens:>7} {seconds:>8.1f} {rate:>8.1f} {rate / naive_rate:>8.2f} "
+                  f"{100 * rate / ceiling:>9.1f}%")
+        if sync:
+            print(f"weight sync (full state dict -> engine): {', '.join(f'{s:.2f}' for s in sync)} s")
+    if "hf" in rates and "vllm" in rates:
+        print("\nvllm / hf tok/s: " + ", ".join(f"batch {b}: {rates['vllm'][b] / rates['hf'][b]:.2f}x"
+                                                for b in args.batches))
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ class VLLMSampler(Sampler):
             max_tokens=request.max_new_tokens,
             temperature=0.0 if greedy else params.temperature,
             top_p=1.0 if greedy else params.top_p,
-            top_k=0 if greedy else -1 if _top_k_minus_one() else 0,
+            top_k=0,  # 0 disables top-k, as in the transformers sampler
             stop=list(request.stop) or None,
             stop_token_ids=sorted(self.eos_ids),
             include_stop_str_in_output=True,  # the ids keep the token that completed the stop string
@@ -174,11 +174,11 @@ class VLLMSampler(Sampler):
 
 
 def _configure_environment(vllm_cache: Path, kv_cache_gib: float, cpu_threads: str | None, on_gpu: bool) -> None:
-    """Environment vLLM reads when the engine starts. User settings win (setdefault),
-    except the cache root, which must stay inside whalekit's cache, not the home folder."""
+    """Environment vLLM reads when the engine starts (workers inherit it). A user's own
+    settings win; by default vLLM's cache lives inside whalekit's, not the home folder."""
     vllm_cache.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("VLLM_CACHE_ROOT", str(vllm_cache))
-    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0") if os.environ.get("WHALEKIT_VLLM_QUIET") else None
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines would drown notebooks
     if on_gpu:
         return
     # By default vLLM binds the model to one thread (276 tok/s); all cores give 496 tok/s.
@@ -197,13 +197,6 @@ def _ranges(cores: list[int]) -> str:
             parts.append(f"{start}-{core}" if core != start else f"{core}")
             start = None
     return ",".join(parts)
-
-
-_TOP_K_MINUS_ONE: bool | None = None
-
-
-def _top_k_minus_one() -> bool:
-    return False
 
 
 def _checkpoint_tensor_names(model_path: Path) -> set[str]:

