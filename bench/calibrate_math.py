@@ -38,7 +38,7 @@ def main() -> None:
     splits = domain.load_splits(n_train=0, n_search=0, n_test=args.n_test, seed=args.seed, source=args.source,
                                 path=args.path)
     policy = load_policy(args.model)
-    print(f"mix={domain.mix} n_test={len(splits.test)} samples={args.samples} T={args.temperature}")
+    print(f"mix={domain.mix} n_test={len(splits.test)} samples={args.samples} T={args.temperature}", flush=True)
     for name in args.harness:
         harness = InProcessHarness(domain.harness_source(name))
         episodes = [Episode(task, harness, i) for task in splits.test for i in range(args.samples)]
@@ -59,7 +59,7 @@ def main() -> None:
         print(f"\n[{name}] mean@{args.samples} = {score:.3f}   wall {wall:.0f} s   ({len(trajectories)} episodes)")
         print("  per subset: " + ", ".join(f"{k} {mean(v):.3f} (n={len(v)})" for k, v in sorted(by_subset.items())))
         print("  flags: " + ", ".join(f"{k} {mean(v):.3f}" for k, v in sorted(flags.items())))
-        print("  failure modes: " + ", ".join(f"{k} {v}" for k, v in sorted(failures.items())))
+        print("  failure modes: " + ", ".join(f"{k} {v}" for k, v in sorted(failures.items())), flush=True)
         if args.dump:
             with open(f"{args.dump}.{name}.jsonl", "w") as handle:
                 for trajectory in trajectories:

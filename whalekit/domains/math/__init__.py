@@ -22,7 +22,7 @@ from whalekit.types import Task, Trajectory
 
 # The calibrated preset: mostly one- and two-step arithmetic, a few harder families so
 # there is headroom for training and harness search.
-DEFAULT_MIX = {"arithmetic": 0.5, "multistep": 0.2, "word": 0.2, "modular": 0.05, "algebra": 0.05}
+DEFAULT_MIX = {"arithmetic": 0.6, "multistep": 0.15, "word": 0.15, "modular": 0.05, "algebra": 0.05}
 
 
 class MathDomain(Domain):

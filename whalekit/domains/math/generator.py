@@ -37,9 +37,9 @@ class Problem:
 def _arithmetic(rng: random.Random) -> Problem:
     op = rng.choice("+-*")
     if op == "*":
-        a, b = rng.randint(2, 20), rng.randint(2, 20)
+        a, b = rng.randint(2, 12), rng.randint(2, 12)
     else:
-        a, b = rng.randint(2, 99), rng.randint(2, 99)
+        a, b = rng.randint(2, 50), rng.randint(2, 50)
     value = {"+": a + b, "-": a - b, "*": a * b}[op]
     return Problem(f"What is {a} {op} {b}?", str(value), "arithmetic", 1)
 

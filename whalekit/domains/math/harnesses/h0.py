@@ -16,7 +16,7 @@ CODE_BLOCK = re.compile(r"```(?:python|py)[ \t]*\n(.*?)(?:```|$)", re.S)
 class MathH0(Harness):
     name = "math-h0"
     max_turns = 3
-    max_new_tokens = 256
+    max_new_tokens = 192
     first_prefill = ""  # text that starts the first reply (e.g. an opened code block)
     answer_prefill = ""  # text that starts a reply after a tool result (e.g. "\\boxed{")
     output_chars = 1000  # tool output shown to the model, from the end
