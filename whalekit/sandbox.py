@@ -360,7 +360,10 @@ def _classify(exit_code: int, stderr: str, timed_out: bool, overflow: bool,
         return None, {}
     if exit_code < 0:
         sig = -exit_code
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
         if sig == signal.SIGXCPU:
             return "timeout", {"limit": f"{limits.cpu_s} s CPU"}
         if sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT, signal.SIGILL, signal.SIGFPE):
