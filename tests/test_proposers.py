@@ -127,6 +127,18 @@ def test_reflective_proposer_combines_the_mechanisms_of_good_candidates(tmp_path
     assert {"prefill_answer", "calculator_first"} <= names
 
 
+def test_reflective_proposer_walks_down_the_ranking_when_the_best_parents_are_exhausted(tmp_path: Path) -> None:
+    catalogue = [CATALOGUE["prefill_answer"], CATALOGUE["terse_system_prompt"]]
+    archive = _archive(tmp_path)
+    seed = archive.seed_id()
+    a = archive.add(apply_mechanism(H0, catalogue[0]), [seed])
+    ab = archive.add(apply_mechanism(archive.source(a), catalogue[1]), [a])
+    for cid, modes in ((seed, ["no_answer"] * 2), (a, [None, "no_answer"]), (ab, [None, None])):
+        _score(archive, cid, modes)
+    [candidate] = ReflectiveProposer(catalogue, parents_considered=1).propose(archive, 1)
+    assert candidate.parent_ids == [seed] and candidate.meta["mechanisms"] == ["terse_system_prompt"]
+
+
 class _Fixed(Proposer):
     name = "fixed"
 

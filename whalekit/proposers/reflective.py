@@ -81,8 +81,8 @@ class ReflectiveProposer(Proposer):
         self.calls += 1
         version = archive.latest_weights_version()
         board = archive.leaderboard(version) if version is not None else []
-        parents = [cid for cid, _, _ in board if archive.entry(cid).status == "evaluated"][:self.parents_considered]
-        parents = parents or [archive.accepted()]
+        ranked = [cid for cid, _, _ in board if archive.entry(cid).status == "evaluated"] or [archive.accepted()]
+        parents = ranked[:self.parents_considered]
         helpful = self._helpful(archive, version) if version is not None else Counter()
         taken = archive.ids()  # ids already in the archive: never propose them again
         out: list[Candidate] = []
@@ -102,6 +102,14 @@ class ReflectiveProposer(Proposer):
                 continue
             taken.add(cid)
             out.append(candidate)
+        # The top parents' single edits are all tried: walk down the ranking rather than stall.
+        for parent in ranked[self.parents_considered:]:
+            if len(out) >= n:
+                break
+            candidate = self._mutate(archive, parent, version, helpful, rng, taken)
+            if candidate is not None:
+                taken.add(harness_id(candidate.source))
+                out.append(candidate)
         return out
 
     def _mutate(self, archive: Archive, parent: str, version: int | None, helpful: Counter[str],
