@@ -1,0 +1,365 @@
+"""The paper's figures, drawn with matplotlib from run directories (never from notebook
+outputs), so `runs/` alone reproduces every figure.
+
+Every figure uses the same colour per method (`METHOD_COLOURS`), labels its axes with
+units ("rollouts", "test mean@8 (%)"), is sized for a paper column (readable at 100 %),
+and `save_figure` writes it as PNG and PDF.
+
+    fig = best_so_far_figure(main_runs("runs", "cpu"))      # Figure 2
+    save_figure(fig, "figures/fig2_best_so_far")            # .png + .pdf
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from whalekit.tables import DOMAIN_ORDER, METHOD_LABELS, METHOD_ORDER, RunSummary, schedule_label
+
+# Colour-blind-safe (Okabe–Ito), one per method, identical in every figure.
+METHOD_COLOURS = {"whale": "#0072b2", "adaptive": "#56b4e9", "weight_only": "#e69f00", "harness_only": "#009e73",
+                  "stagewise": "#d55e00", "stagewise_reverse": "#cc79a7", "fst": "#7f7f7f"}
+PAPER_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
+               "xtick.labelsize": 7, "ytick.labelsize": 7, "lines.linewidth": 1.4, "axes.spines.top": False,
+               "axes.spines.right": False, "savefig.dpi": 200, "figure.dpi": 100}
+COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
+PAGE_WIDTH = 7.0
+
+
+def method_colour(method: str) -> str:
+    return METHOD_COLOURS.get(method, "#000000")
+
+
+def accuracy_label(k: int) -> str:
+    return f"test mean@{k} (%)"
+
+
+def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
+    """Write `stem`.png and `stem`.pdf (creating folders); returns both paths."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.pdf"]
+    for path in paths:
+        fig.savefig(path, bbox_inches="tight")
+    return paths
+
+
+def _figure(n_panels: int, width: float = PAGE_WIDTH, height: float = 2.2, ncols: int | None = None,
+            sharey: bool = False) -> tuple[Figure, list[Any]]:
+    ncols = ncols or n_panels
+    nrows = -(-n_panels // ncols)
+    with plt.rc_context(PAPER_STYLE):
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width, height * nrows), squeeze=False, sharey=sharey)
+    flat = list(axes.flat)
+    for extra in flat[n_panels:]:
+        extra.set_visible(False)
+    for ax in flat:
+        _style(ax)
+    return fig, flat[:n_panels]
+
+
+def _style(ax: Any) -> None:
+    for key, value in PAPER_STYLE.items():
+        if key.startswith("axes.spines."):
+            ax.spines[key.rsplit(".", 1)[1]].set_visible(value)
+    ax.tick_params(labelsize=PAPER_STYLE["xtick.labelsize"])
+    ax.title.set_fontsize(PAPER_STYLE["axes.titlesize"])
+    ax.xaxis.label.set_fontsize(PAPER_STYLE["axes.labelsize"])
+    ax.yaxis.label.set_fontsize(PAPER_STYLE["axes.labelsize"])
+
+
+def _by_domain(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
+    groups: dict[str, list[RunSummary]] = {}
+    for run in runs:
+        groups.setdefault(run.domain, []).append(run)
+    return dict(sorted(groups.items(), key=lambda kv: DOMAIN_ORDER.index(kv[0]) if kv[0] in DOMAIN_ORDER else 99))
+
+
+def _legend(fig: Figure, axes: list[Any]) -> None:
+    handles, labels = {}, []
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in handles:
+                handles[label] = handle
+                labels.append(label)
+    if handles:
+        fig.legend([handles[lb] for lb in labels], labels, loc="lower center", ncol=min(4, len(labels)),
+                   frameon=False, fontsize=PAPER_STYLE["legend.fontsize"], bbox_to_anchor=(0.5, -0.02))
+        fig.tight_layout(rect=(0, 0.08 + 0.04 * ((len(labels) - 1) // 4), 1, 1))
+
+
+def _require(runs: list[RunSummary], what: str) -> None:
+    if not runs:
+        raise ValueError(f"{what}: no finished runs to plot")
+
+
+# -- one run (notebook 02) -------------------------------------------------------------
+def run_curve_figure(run: RunSummary) -> Figure:
+    """One run: test mean@k at every evaluation and the best so far, against rollouts,
+    with the weight / harness stages shaded."""
+    fig, (ax,) = _figure(1, COLUMN_WIDTH, 2.4)
+    xs = [e["rollouts"] for e in run.evals]
+    colour = method_colour(run.method)
+    for stage in run.of("stage_end"):
+        start = stage["rollouts"] - stage["stage_rollouts"]
+        if stage["kind"] == "harness" and stage["stage_rollouts"]:
+            ax.axvspan(start, stage["rollouts"], color="#000000", alpha=0.06, lw=0)
+    ax.plot(xs, [100 * e["mean_at_k"] for e in run.evals], "o", color=colour, ms=3, label="at evaluation")
+    ax.plot(*run.best_so_far(), "-", color=colour, drawstyle="steps-post", label="best so far")
+    ax.set_xlabel("rollouts")
+    ax.set_ylabel(accuracy_label(run.k))
+    ax.set_title(f"{run.domain}: {METHOD_LABELS.get(run.method, run.method)} ({run.name}); grey = harness stages")
+    ax.legend(frameon=False, fontsize=PAPER_STYLE["legend.fontsize"])
+    fig.tight_layout()
+    return fig
+
+
+# -- main comparison (notebook 03) -----------------------------------------------------
+def best_so_far_figure(runs: list[RunSummary]) -> Figure:
+    """Figure 2: best-so-far test accuracy against cumulative rollouts, one panel per
+    domain, one line per method (every seed drawn, thin lines for extra seeds)."""
+    _require(runs, "Figure 2")
+    groups = _by_domain(runs)
+    fig, axes = _figure(len(groups), ncols=min(3, len(groups)))
+    for ax, (domain, domain_runs) in zip(axes, groups.items()):
+        labelled: set[str] = set()
+        for run in domain_runs:
+            xs, ys = run.best_so_far()
+            first = run.method not in labelled
+            labelled.add(run.method)
+            ax.plot(xs, ys, drawstyle="steps-post", color=method_colour(run.method), alpha=1.0 if first else 0.5,
+                    lw=PAPER_STYLE["lines.linewidth"] if first else 0.8,
+                    label=METHOD_LABELS.get(run.method, run.method) if first else None)
+        ax.set_title(domain)
+        ax.set_xlabel("rollouts")
+        ax.set_ylabel("best-so-far " + accuracy_label(domain_runs[0].k))
+    _legend(fig, axes)
+    return fig
+
+
+def best_accuracy_figure(runs: list[RunSummary]) -> Figure:
+    """Figure 1b: best test mean@k per method and domain as grouped bars (mean over
+    seeds, seeds as dots)."""
+    _require(runs, "Figure 1b")
+    groups = _by_domain(runs)
+    methods = [m for m in METHOD_ORDER if any(r.method == m for r in runs)]
+    fig, (ax,) = _figure(1, PAGE_WIDTH, 2.4)
+    width = 0.8 / len(methods)
+    for j, method in enumerate(methods):
+        for i, domain_runs in enumerate(groups.values()):
+            values = [100 * r.best["mean_at_k"] for r in domain_runs if r.method == method]
+            if not values:
+                continue
+            x = i + (j - (len(methods) - 1) / 2) * width
+            ax.bar(x, sum(values) / len(values), width, color=method_colour(method),
+                   label=METHOD_LABELS.get(method, method) if i == 0 else None)
+            if len(values) > 1:
+                ax.plot([x] * len(values), values, ".", color="black", ms=2)
+    ax.set_xticks(range(len(groups)), list(groups))
+    ax.set_xlabel("domain")
+    ax.set_ylabel("best " + accuracy_label(runs[0].k))
+    _legend(fig, [ax])
+    return fig
+
+
+# -- bottleneck (notebook 04) ----------------------------------------------------------
+def behaviour_keys(runs: list[RunSummary]) -> list[str]:
+    keys: list[str] = []
+    for run in runs:
+        for e in run.evals:
+            keys.extend(k for k in e.get("behaviour", {}) if k not in keys)
+    return keys
+
+
+def bottleneck_figure(runs: list[RunSummary], metrics: list[str] | None = None) -> Figure:
+    """Figure 3 (one domain): each behaviour metric against rollouts, one line per
+    method, a star at the rollout where that method reached its best test accuracy."""
+    _require(runs, "Figure 3")
+    metrics = metrics or behaviour_keys(runs)
+    if not metrics:
+        raise ValueError("Figure 3: the runs' test evaluations carry no behaviour metrics")
+    fig, axes = _figure(len(metrics), ncols=min(3, len(metrics)))
+    for ax, metric in zip(axes, metrics):
+        values = [e["behaviour"].get(metric) for r in runs for e in r.evals if metric in e.get("behaviour", {})]
+        percent = all(0.0 <= v <= 1.0 for v in values)
+        scale = 100.0 if percent else 1.0
+        for run in runs:
+            points = [(e["rollouts"], scale * e["behaviour"][metric]) for e in run.evals
+                      if metric in e.get("behaviour", {})]
+            if not points:
+                continue
+            colour = method_colour(run.method)
+            ax.plot(*zip(*points), "-", color=colour, label=METHOD_LABELS.get(run.method, run.method))
+            best = run.best
+            if metric in best.get("behaviour", {}):
+                ax.plot(best["rollouts"], scale * best["behaviour"][metric], "*", color=colour, ms=8,
+                        markeredgecolor="black", markeredgewidth=0.4)
+        ax.set_title(metric.replace("_", " "))
+        ax.set_xlabel("rollouts")
+        ax.set_ylabel(f"{metric.replace('_', ' ')} ({'% of test samples' if percent else 'mean per sample'})")
+    fig.suptitle(f"{runs[0].domain}: behaviour on the test split (★ = each method's best-accuracy point)",
+                 fontsize=PAPER_STYLE["axes.titlesize"])
+    _legend(fig, axes)
+    return fig
+
+
+# -- schedule grid (notebook 05) -------------------------------------------------------
+def schedule_colours(labels: list[str]) -> dict[str, Any]:
+    """Fixed schedules on a blue ramp (WHALE's hue), other methods in their own colour."""
+    fixed = [lb for lb in labels if lb.startswith("(E=")]
+    ramp = plt.get_cmap("Blues")
+    colours: dict[str, Any] = {lb: ramp(0.35 + 0.65 * i / max(1, len(fixed) - 1)) for i, lb in enumerate(fixed)}
+    for method, label in METHOD_LABELS.items():
+        if label in labels:
+            colours[label] = method_colour(method)
+    return colours
+
+
+def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
+    """Figure 4: best-so-far curves per schedule (left) and each schedule's best accuracy
+    with the rollouts at which it was reached (right)."""
+    _require(runs, "Figure 4")
+    labels = list(dict.fromkeys(schedule_label(r) for r in runs))
+    colours = schedule_colours(labels)
+    fig, (left, right) = _figure(2, PAGE_WIDTH, 2.5)
+    for label in labels:
+        group = [r for r in runs if schedule_label(r) == label]
+        for n, run in enumerate(group):
+            left.plot(*run.best_so_far(), drawstyle="steps-post", color=colours[label], alpha=1 if n == 0 else 0.5,
+                      label=label if n == 0 else None)
+    left.set_xlabel("rollouts")
+    left.set_ylabel("best-so-far " + accuracy_label(runs[0].k))
+    left.set_title(f"{runs[0].domain}: schedules")
+    for i, label in enumerate(labels):
+        group = [r for r in runs if schedule_label(r) == label]
+        best = sum(100 * r.best["mean_at_k"] for r in group) / len(group)
+        at = sum(r.best["rollouts"] for r in group) / len(group)
+        right.bar(i, best, color=colours[label])
+        right.annotate(f"{at:.0f}", (i, best), ha="center", va="bottom", fontsize=6)
+    right.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
+    right.set_ylabel("best " + accuracy_label(runs[0].k))
+    right.set_xlabel("schedule (number on bar: rollouts at best)")
+    _legend(fig, [left])
+    return fig
+
+
+# -- adaptive schedule (notebook 06) ---------------------------------------------------
+def adaptive_cycles(run: RunSummary) -> list[dict[str, Any]]:
+    """Per cycle (one weight stage + the harness stage after it): epochs trained and
+    search iterations run, from the run's stage_end and rsft_batch events."""
+    n_train = max(1, int(run.config.get("n_train", 1)))
+    per_problem = max(1, int(run.config.get("rsft", {}).get("samples_per_problem", 1)))
+    cycles: list[dict[str, Any]] = []
+    for stage in run.of("stage_end"):
+        start = stage["rollouts"] - stage["stage_rollouts"]
+        if stage["kind"] == "weight" or not cycles:
+            cycles.append({"cycle": len(cycles) + 1, "epochs": 0.0, "iterations": 0, "rollouts": start})
+        if stage["kind"] == "weight":
+            sampled = sum(b["sampled"] for b in run.of("rsft_batch") if start < b["rollouts"] <= stage["rollouts"])
+            cycles[-1]["epochs"] = sampled / per_problem / n_train
+        else:
+            cycles[-1]["iterations"] = int(stage["steps"])
+    return cycles
+
+
+def adaptive_figure(runs: list[RunSummary]) -> Figure:
+    """Figure 6: per cycle, epochs of RSFT (bars, left axis) and search iterations
+    (points, right axis); dashed lines at the adaptive rule's minimum stage lengths."""
+    _require(runs, "Figure 6")
+    fig, axes = _figure(len(runs), ncols=min(3, len(runs)))
+    colour = method_colour("adaptive")
+    twins: list[Any] = []
+    for ax, run in zip(axes, runs):
+        cycles = adaptive_cycles(run)
+        adaptive = run.config.get("adaptive", {})
+        rsft = run.config.get("rsft", {})
+        min_epochs = adaptive.get("min_weight_batches", 1) * rsft.get("batch_problems", 1) / max(
+            1, run.config.get("n_train", 1))
+        xs = [c["cycle"] for c in cycles]
+        ax.bar(xs, [c["epochs"] for c in cycles], 0.6, color=colour, label="RSFT epochs (bars)")
+        ax.axhline(min_epochs, ls="--", color=colour, lw=0.9, label="minimum weight stage")
+        ax.set_xlabel("cycle")
+        ax.set_ylabel("epochs per weight stage")
+        ax.set_title(f"{run.domain} ({run.name})")
+        ax.set_xticks(xs)
+        twin = ax.twinx()
+        _style(twin)
+        twin.spines["right"].set_visible(True)
+        twin.plot(xs, [c["iterations"] for c in cycles], "o", color="#d55e00", ms=4, label="search iterations (points)")
+        twin.axhline(adaptive.get("min_search_iterations", 1), ls="--", color="#d55e00", lw=0.9,
+                     label="minimum harness stage")
+        twin.set_ylabel("search iterations per harness stage")
+        twin.set_ylim(0, max([c["iterations"] for c in cycles] + [adaptive.get("min_search_iterations", 1)]) + 1)
+        ax.set_ylim(0, max([c["epochs"] for c in cycles] + [min_epochs]) * 1.25)
+        twins.append(twin)
+    _legend(fig, axes[:1] + twins[:1])
+    return fig
+
+
+# -- harness archive (notebook 07) -----------------------------------------------------
+def lineage_layout(parents: dict[str, str | None]) -> dict[str, tuple[float, float]]:
+    """(x = generation, y = slot) per candidate: leaves get consecutive slots in archive
+    order and a parent sits at the mean of its children, so edges never cross."""
+    children: dict[str | None, list[str]] = {}
+    for node, parent in parents.items():
+        children.setdefault(parent if parent in parents else None, []).append(node)
+    position: dict[str, tuple[float, float]] = {}
+    next_slot = [0.0]
+
+    def place(node: str, depth: int) -> float:
+        kids = children.get(node, [])
+        ys = [place(kid, depth + 1) for kid in kids]
+        y = sum(ys) / len(ys) if ys else next_slot[0]
+        if not ys:
+            next_slot[0] += 1
+        position[node] = (float(depth), y)
+        return y
+
+    for root in children.get(None, []):
+        place(root, 0)
+    return position
+
+
+def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = "") -> Figure:
+    """The archive as a tree: parent → child, each candidate coloured by its search
+    score at the newest weights version it was scored at (grey: never scored), the path
+    from the seed to the accepted candidate drawn thick."""
+    entries = archive.entries()
+    if not entries:
+        raise ValueError(f"archive {archive.root} is empty")
+    parents = {e.id: (e.parent_ids[0] if e.parent_ids else None) for e in entries}
+    position = lineage_layout(parents)
+    accepted_id = accepted_id or archive.accepted()
+    path, node = set(), accepted_id
+    while node is not None and node not in path:
+        path.add(node)
+        node = parents.get(node)
+    height = max(2.0, 0.22 * (1 + max(y for _, y in position.values())))
+    fig, (ax,) = _figure(1, COLUMN_WIDTH * 1.4, min(height, 9.0))
+    for child, parent in parents.items():
+        if parent in position:
+            on_path = child in path and parent in path
+            (x0, y0), (x1, y1) = position[parent], position[child]
+            ax.plot([x0, x1], [y0, y1], "-", color="#d55e00" if on_path else "#bbbbbb", lw=2.2 if on_path else 0.7,
+                    zorder=1)
+    cmap = plt.get_cmap("viridis")
+    scored = {e.id: 100 * e.scores[max(e.scores)]["score"] for e in entries if e.scores}
+    xs, ys, cs = zip(*[(*position[i], s) for i, s in scored.items()]) if scored else ((), (), ())
+    points = ax.scatter(xs, ys, c=cs, cmap=cmap, vmin=0, vmax=100, s=28, zorder=2, edgecolors="black",
+                        linewidths=[1.2 if i in path else 0.2 for i in scored])
+    unscored = [position[e.id] for e in entries if not e.scores]
+    if unscored:
+        ax.scatter(*zip(*unscored), color="#dddddd", s=18, zorder=2, edgecolors="#999999", linewidths=0.3,
+                   label="never scored (invalid / failed)")
+        ax.legend(frameon=False, fontsize=6, loc="upper left")
+    ax.annotate("accepted", position[accepted_id], xytext=(4, 4), textcoords="offset points", fontsize=6)
+    fig.colorbar(points, ax=ax, label="search-split score (%)")
+    ax.set_xlabel("generation (proposals from the seed h0)")
+    ax.set_yticks([])
+    ax.spines["left"].set_visible(False)
+    ax.set_title(title or f"harness lineage ({len(entries)} candidates; accepted path thick)")
+    fig.tight_layout()
+    return fig
