@@ -11,11 +11,14 @@ and `save_figure` writes it as PNG and PDF.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from whalekit.tables import DOMAIN_ORDER, METHOD_LABELS, METHOD_ORDER, RunSummary, schedule_label
 
@@ -27,6 +30,18 @@ PAPER_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend
                "axes.spines.right": False, "savefig.dpi": 200, "figure.dpi": 100}
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PAGE_WIDTH = 7.0
+
+
+def _paper_style(draw: Callable[..., Figure]) -> Callable[..., Figure]:
+    """Draw a figure under PAPER_STYLE (fonts, line widths, spines), whatever the
+    notebook's own matplotlib settings are."""
+
+    @functools.wraps(draw)
+    def wrapper(*args: Any, **kwargs: Any) -> Figure:
+        with plt.rc_context(PAPER_STYLE):
+            return draw(*args, **kwargs)
+
+    return wrapper
 
 
 def method_colour(method: str) -> str:
@@ -51,24 +66,11 @@ def _figure(n_panels: int, width: float = PAGE_WIDTH, height: float = 2.2, ncols
             sharey: bool = False) -> tuple[Figure, list[Any]]:
     ncols = ncols or n_panels
     nrows = -(-n_panels // ncols)
-    with plt.rc_context(PAPER_STYLE):
-        fig, axes = plt.subplots(nrows, ncols, figsize=(width, height * nrows), squeeze=False, sharey=sharey)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height * nrows), squeeze=False, sharey=sharey)
     flat = list(axes.flat)
     for extra in flat[n_panels:]:
         extra.set_visible(False)
-    for ax in flat:
-        _style(ax)
     return fig, flat[:n_panels]
-
-
-def _style(ax: Any) -> None:
-    for key, value in PAPER_STYLE.items():
-        if key.startswith("axes.spines."):
-            ax.spines[key.rsplit(".", 1)[1]].set_visible(value)
-    ax.tick_params(labelsize=PAPER_STYLE["xtick.labelsize"])
-    ax.title.set_fontsize(PAPER_STYLE["axes.titlesize"])
-    ax.xaxis.label.set_fontsize(PAPER_STYLE["axes.labelsize"])
-    ax.yaxis.label.set_fontsize(PAPER_STYLE["axes.labelsize"])
 
 
 def _by_domain(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
@@ -97,6 +99,7 @@ def _require(runs: list[RunSummary], what: str) -> None:
 
 
 # -- one run (notebook 02) -------------------------------------------------------------
+@_paper_style
 def run_curve_figure(run: RunSummary) -> Figure:
     """One run: test mean@k at every evaluation and the best so far, against rollouts,
     with the weight / harness stages shaded."""
@@ -118,6 +121,7 @@ def run_curve_figure(run: RunSummary) -> Figure:
 
 
 # -- main comparison (notebook 03) -----------------------------------------------------
+@_paper_style
 def best_so_far_figure(runs: list[RunSummary]) -> Figure:
     """Figure 2: best-so-far test accuracy against cumulative rollouts, one panel per
     domain, one line per method (every seed drawn, thin lines for extra seeds)."""
@@ -130,7 +134,8 @@ def best_so_far_figure(runs: list[RunSummary]) -> Figure:
             xs, ys = run.best_so_far()
             first = run.method not in labelled
             labelled.add(run.method)
-            ax.plot(xs, ys, drawstyle="steps-post", color=method_colour(run.method), alpha=1.0 if first else 0.5,
+            ax.plot(xs, ys, drawstyle="steps-post", marker="o", ms=2, color=method_colour(run.method),
+                    alpha=1.0 if first else 0.5,
                     lw=PAPER_STYLE["lines.linewidth"] if first else 0.8,
                     label=METHOD_LABELS.get(run.method, run.method) if first else None)
         ax.set_title(domain)
@@ -140,6 +145,7 @@ def best_so_far_figure(runs: list[RunSummary]) -> Figure:
     return fig
 
 
+@_paper_style
 def best_accuracy_figure(runs: list[RunSummary]) -> Figure:
     """Figure 1b: best test mean@k per method and domain as grouped bars (mean over
     seeds, seeds as dots)."""
@@ -174,6 +180,7 @@ def behaviour_keys(runs: list[RunSummary]) -> list[str]:
     return keys
 
 
+@_paper_style
 def bottleneck_figure(runs: list[RunSummary], metrics: list[str] | None = None) -> Figure:
     """Figure 3 (one domain): each behaviour metric against rollouts, one line per
     method, a star at the rollout where that method reached its best test accuracy."""
@@ -218,6 +225,7 @@ def schedule_colours(labels: list[str]) -> dict[str, Any]:
     return colours
 
 
+@_paper_style
 def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
     """Figure 4: best-so-far curves per schedule (left) and each schedule's best accuracy
     with the rollouts at which it was reached (right)."""
@@ -265,6 +273,7 @@ def adaptive_cycles(run: RunSummary) -> list[dict[str, Any]]:
     return cycles
 
 
+@_paper_style
 def adaptive_figure(runs: list[RunSummary]) -> Figure:
     """Figure 6: per cycle, epochs of RSFT (bars, left axis) and search iterations
     (points, right axis); dashed lines at the adaptive rule's minimum stage lengths."""
@@ -286,7 +295,6 @@ def adaptive_figure(runs: list[RunSummary]) -> Figure:
         ax.set_title(f"{run.domain} ({run.name})")
         ax.set_xticks(xs)
         twin = ax.twinx()
-        _style(twin)
         twin.spines["right"].set_visible(True)
         twin.plot(xs, [c["iterations"] for c in cycles], "o", color="#d55e00", ms=4, label="search iterations (points)")
         twin.axhline(adaptive.get("min_search_iterations", 1), ls="--", color="#d55e00", lw=0.9,
@@ -323,6 +331,7 @@ def lineage_layout(parents: dict[str, str | None]) -> dict[str, tuple[float, flo
     return position
 
 
+@_paper_style
 def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = "") -> Figure:
     """The archive as a tree: parent → child, each candidate coloured by its search
     score at the newest weights version it was scored at (grey: never scored), the path
@@ -358,6 +367,7 @@ def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = ""
     ax.annotate("accepted", position[accepted_id], xytext=(4, 4), textcoords="offset points", fontsize=6)
     fig.colorbar(points, ax=ax, label="search-split score (%)")
     ax.set_xlabel("generation (proposals from the seed h0)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_yticks([])
     ax.spines["left"].set_visible(False)
     ax.set_title(title or f"harness lineage ({len(entries)} candidates; accepted path thick)")

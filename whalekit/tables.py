@@ -162,10 +162,11 @@ def _mean_std(values: list[float]) -> str:
     return f"{mean:.1f} ± {std:.1f}"
 
 
-def main_comparison(runs_root: str | Path, preset: str, by_subset: bool = False) -> pd.DataFrame:
+def main_comparison(runs_root: str | Path, preset: str, by_subset: bool = False,
+                    domains: list[str] | None = None) -> pd.DataFrame:
     """Table 2: best test mean@k (%) per method (rows) and domain (columns); with
     `by_subset`, one column per domain/sub-dataset, taken at the run's best evaluation."""
-    runs = main_runs(runs_root, preset)
+    runs = [r for r in main_runs(runs_root, preset) if domains is None or r.domain in domains]
     if not runs:
         raise ValueError(f"no finished runs under {Path(runs_root) / preset}")
     cells: dict[tuple[str, str], list[float]] = {}

@@ -200,7 +200,8 @@ def browse(runs_root: str | Path, preset: str = "cpu", interactive: bool | None 
     if interactive is None:
         interactive = widgets_available()
     if not interactive:
-        return _static_view(runs[0], static_examples)
+        whale = [r for r in runs if r.name.startswith("whale-")]
+        return _static_view((whale or runs)[0], static_examples)
     return _widget_view(runs, Path(runs_root) / Path(preset).stem)
 
 

@@ -1,0 +1,83 @@
+"""The notebooks: stored without outputs, each with a papermill `parameters` cell, thin;
+and the whole sequence executes headlessly under the smoke preset, leaving every
+expected figure and table non-empty on disk."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from whalekit import reproduce
+from whalekit.reproduce import ANALYSIS, DOMAIN_RUN, NOTEBOOK_DIR, NOTEBOOKS, QUICKSTART
+
+NOTEBOOK_FILES = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+
+
+def test_the_notebook_list_is_exactly_the_sequence_reproduce_runs():
+    assert [p.stem for p in NOTEBOOK_FILES] == sorted(NOTEBOOKS)
+
+
+@pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=lambda p: p.stem)
+def test_notebooks_in_git_carry_no_outputs(path):
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.validate(notebook)
+    for number, cell in enumerate(notebook.cells, 1):
+        if cell.cell_type == "code":
+            assert cell.outputs == [], f"{path.name}: cell {number} has stored outputs"
+            assert cell.execution_count is None, f"{path.name}: cell {number} has an execution count"
+    assert "papermill" not in notebook.metadata, f"{path.name}: an executed copy was committed"
+
+
+@pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=lambda p: p.stem)
+def test_each_notebook_has_one_parameters_cell_of_literals_and_stays_thin(path):
+    notebook = nbformat.read(path, as_version=4)
+    tagged = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"{path.name}: needs exactly one cell tagged 'parameters'"
+    for line in tagged[0].source.splitlines():
+        name, _, value = line.partition("=")
+        assert name.strip().isidentifier() and value.strip(), f"{path.name}: parameters line {line!r}"
+    assert {"preset", "runs_root", "figures"} <= {line.split("=")[0].strip() for line in tagged[0].source.splitlines()}
+    assert notebook.cells[0].cell_type == "markdown" and "Expected runtime" in notebook.cells[0].source
+    code = [c.source for c in notebook.cells if c.cell_type == "code"]
+    assert not any(line.startswith(("def ", "class ")) for source in code for line in source.splitlines()), \
+        f"{path.name}: helpers belong in whalekit/, not in the notebook"
+
+
+def test_plan_runs_each_domain_method_once_then_the_analysis(tmp_path):
+    jobs = reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"])
+    labels = [j.label for j in jobs]
+    assert labels[0] == QUICKSTART and labels[-len(ANALYSIS):] == list(ANALYSIS)
+    runs = [j for j in jobs if j.notebook == DOMAIN_RUN]
+    # seven methods on toy, plus the grid's (1, 1) schedule; the grid's (0.5, 1) is the main WHALE run
+    assert len(runs) == 8 and len({j.run_dir for j in runs}) == 8
+    assert {j.run_dir.name for j in runs} >= {"whale-0.5,1-s0", "whale-1,1-s0", "adaptive-s0"}
+    assert all(j.output.parent == (tmp_path / "runs" / "smoke" / "notebooks").resolve() for j in jobs)
+
+
+def test_timings_note_lists_every_notebook(tmp_path):
+    timings = [{"notebook": "01_quickstart", "label": "01_quickstart", "wall_s": 3.2, "reused": False},
+               {"notebook": DOMAIN_RUN, "label": "02_domain_run toy/whale-0.5,1-s0", "wall_s": 0.0, "reused": True}]
+    text = reproduce.write_timings(timings, tmp_path).read_text()
+    assert "| 01_quickstart | 3.2 |" in text and "| 02_domain_run toy/whale-0.5,1-s0 | reused |" in text
+    assert json.loads((tmp_path / "timings.json").read_text()) == timings
+
+
+@pytest.mark.slow
+def test_every_notebook_executes_under_the_smoke_preset_and_writes_its_outputs(tmp_path):
+    jobs = reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"])
+    timings = reproduce.run_jobs(jobs)
+    assert {t["notebook"] for t in timings} == set(NOTEBOOKS) and not any(t["reused"] for t in timings)
+    for job in jobs:
+        assert job.output.exists(), job.label
+        for path in job.expected:
+            assert path.exists() and path.stat().st_size > 0, f"{job.label}: {path}"
+        executed = nbformat.read(job.output, as_version=4)
+        errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+        assert not errors, job.label
+    table = (tmp_path / "figures" / "table2_main.md").read_text()
+    assert all(label in table for label in ("WHALE", "weights only", "harness only", "FST (prompt only)"))
+    # a second pass reuses every finished run instead of recomputing it
+    again = reproduce.run_jobs(jobs)
+    assert all(t["reused"] for t in again if t["notebook"] == DOMAIN_RUN)

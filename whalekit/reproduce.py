@@ -1,0 +1,209 @@
+"""Reproduce the paper headlessly: execute the notebook sequence with papermill for one
+preset, one domain-run notebook per (domain, method, schedule, seed), then the analysis
+notebooks that write every figure (PNG + PDF) and table (Markdown + CSV) into `figures/`.
+
+Why notebooks and not a script: the notebooks are what researchers read and re-run in
+JupyterLab; executing exactly those (parameters injected by papermill, executed copies
+kept under runs/<preset>/notebooks/) means the reproduction and the exploration never
+drift apart. Finished runs are reused: the driver skips them, and a domain-run notebook
+whose run is done and whose figure exists is not executed again.
+
+    python -m whalekit.reproduce --preset smoke --domains toy     # minutes, tiny model
+    make reproduce                                                 # the cpu preset
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+METHODS = ("whale", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
+QUICKSTART, DOMAIN_RUN = "01_quickstart", "02_domain_run"
+ANALYSIS = ("03_main_comparison", "04_bottleneck", "05_schedule_grid", "06_adaptive", "07_harness_archive")
+NOTEBOOKS = (QUICKSTART, DOMAIN_RUN, *ANALYSIS)
+WITH_DOMAINS = ("03_main_comparison", "04_bottleneck", "07_harness_archive")  # take a `domains` parameter
+
+
+@dataclass
+class Job:
+    """One notebook execution: which notebook, its papermill parameters, where the
+    executed copy goes, and the files it must leave behind."""
+
+    notebook: str
+    parameters: dict[str, Any]
+    output: Path
+    expected: list[Path] = field(default_factory=list)
+    run_dir: Path | None = None  # domain-run notebooks: the run they produce
+
+    @property
+    def label(self) -> str:
+        if self.notebook == DOMAIN_RUN:
+            return f"{self.notebook} {self.parameters['domain']}/{self.run_dir.name if self.run_dir else ''}"
+        return self.notebook
+
+
+def run_figure_stem(figures: Path, domain: str, run_name: str) -> Path:
+    """Where notebook 02 saves one run's curve."""
+    return Path(figures) / "runs" / f"{domain}_{run_name}"
+
+
+def expected_outputs(notebook: str, figures: Path, domains: list[str], grid_domain: str | None = None,
+                     adaptive: bool = True) -> list[Path]:
+    """The figures and tables an analysis notebook (or the quickstart) must write."""
+    figures = Path(figures)
+
+    def both(stem: str, kinds: tuple[str, ...] = (".png", ".pdf")) -> list[Path]:
+        return [figures / f"{stem}{kind}" for kind in kinds]
+
+    table = (".md", ".csv")
+    if notebook == QUICKSTART:
+        return [figures / "quickstart_trace.html"]
+    if notebook == "03_main_comparison":
+        return both("table2_main", table) + both("table2_by_subset", table) + both("fig1b_best_accuracy") \
+            + both("fig2_best_so_far")
+    if notebook == "04_bottleneck":
+        return [p for d in domains for p in both(f"fig3_bottleneck_{d}")]
+    if notebook == "05_schedule_grid":
+        return both("fig4_schedule_grid") + both("table3_schedule_grid", table) if grid_domain else []
+    if notebook == "06_adaptive":
+        return both("fig6_adaptive") if adaptive else []
+    if notebook == "07_harness_archive":
+        return [p for d in domains for p in both(f"fig_lineage_{d}") + [figures / f"harness_diff_{d}.diff"]]
+    raise ValueError(f"unknown notebook {notebook!r}; known: {', '.join(NOTEBOOKS)}")
+
+
+def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Path = "figures",
+         domains: list[str] | None = None, methods: list[str] | None = None,
+         seeds: list[int] | tuple[int, ...] = (0,), quickstart_domain: str = "toy") -> list[Job]:
+    """The whole sequence for a preset: the quickstart, every run (main comparison: each
+    method at the preset's schedule on each domain; schedule grid: WHALE at each of the
+    preset's grid schedules on the grid domain), then the analysis notebooks.
+    `domains` defaults to the preset's domains except the toy one (which exists for
+    mechanics), unless toy is all there is."""
+    from whalekit.presets import load_preset
+    from whalekit.schedules import parse_schedule
+    from whalekit.whale import resolve_config
+
+    data = load_preset(preset)
+    preset_name = Path(preset).stem
+    runs_root, figures = Path(runs_root).resolve(), Path(figures).resolve()
+    notebooks_out = runs_root / preset_name / "notebooks"
+    if domains is None:
+        domains = [d for d in data["domains"] if d != "toy"] or list(data["domains"])
+    methods = list(methods or METHODS)
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        raise ValueError(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
+    common = {"preset": preset, "runs_root": str(runs_root), "figures": str(figures)}
+    jobs = [Job(QUICKSTART, {**common, "domain": quickstart_domain}, notebooks_out / f"{QUICKSTART}.ipynb",
+                expected_outputs(QUICKSTART, figures, domains))]
+    runs: list[tuple[str, str, str | None, int]] = [(d, m, None, s) for d in domains for m in methods for s in seeds]
+    grid = data.get("grid") or {}
+    grid_domain = grid.get("domain") if "whale" in methods else None
+    if grid_domain:
+        runs += [(grid_domain, "whale", "{:g},{}".format(*parse_schedule(sch)), s)
+                 for sch in grid.get("schedules", []) for s in seeds]
+        if grid_domain not in domains:  # the grid compares against stagewise on its domain
+            runs += [(grid_domain, "stagewise", None, s) for s in seeds if "stagewise" in methods]
+    seen: set[Path] = set()
+    for domain, method, schedule, seed in runs:
+        config = resolve_config(preset, domain=domain, method=method, schedule=schedule, seed=seed,
+                                runs_root=str(runs_root))
+        if config.run_dir in seen:
+            continue  # e.g. the grid's (0.6, 6) is the main comparison's WHALE run
+        seen.add(config.run_dir)
+        stem = run_figure_stem(figures, domain, config.run_name)
+        jobs.append(Job(DOMAIN_RUN, {**common, "domain": domain, "method": method, "schedule": schedule,
+                                     "seed": seed},
+                        notebooks_out / f"{DOMAIN_RUN}-{domain}-{config.run_name}.ipynb",
+                        [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.pdf"], config.run_dir))
+    for notebook in ANALYSIS:
+        parameters = {**common, "domains": domains} if notebook in WITH_DOMAINS else dict(common)
+        jobs.append(Job(notebook, parameters, notebooks_out / f"{notebook}.ipynb",
+                        expected_outputs(notebook, figures, domains, grid_domain, "adaptive" in methods)))
+    return jobs
+
+
+def reusable(job: Job) -> bool:
+    """A domain-run notebook need not run again when its run is finished and its figure
+    and executed copy exist (analysis notebooks always re-run: they are cheap)."""
+    from whalekit.runs import RunDir
+
+    return bool(job.run_dir and RunDir(job.run_dir).done and job.output.exists()
+                and all(p.exists() and p.stat().st_size > 0 for p in job.expected))
+
+
+def execute(job: Job, notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3") -> None:
+    import papermill
+
+    job.output.parent.mkdir(parents=True, exist_ok=True)
+    papermill.execute_notebook(str(notebook_dir / f"{job.notebook}.ipynb"), str(job.output),
+                               parameters=job.parameters, kernel_name=kernel, progress_bar=False,
+                               cwd=str(notebook_dir), log_output=False)
+    missing = [str(p) for p in job.expected if not p.exists() or p.stat().st_size == 0]
+    if missing:
+        raise RuntimeError(f"{job.label}: finished but did not write {', '.join(missing)} (see {job.output})")
+
+
+def run_jobs(jobs: list[Job], notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3",
+             log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Execute the jobs in order, one progress line each; returns and saves the timings."""
+    timings = []
+    for number, job in enumerate(jobs, 1):
+        started = time.perf_counter()
+        reused = reusable(job)
+        if not reused:
+            execute(job, notebook_dir, kernel)
+        wall = time.perf_counter() - started
+        timings.append({"notebook": job.notebook, "label": job.label, "wall_s": round(wall, 1), "reused": reused})
+        log(f"[{number}/{len(jobs)}] {job.label}: {'reused (run finished)' if reused else f'{wall:.1f} s'}")
+    if jobs:
+        write_timings(timings, jobs[0].output.parent)
+    return timings
+
+
+def write_timings(timings: list[dict[str, Any]], folder: Path) -> Path:
+    """timings.json and a Markdown table of wall time per notebook: the closing note."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "timings.json").write_text(json.dumps(timings, indent=1))
+    lines = ["| notebook | wall time (s) |", "| --- | --- |"]
+    lines += [f"| {t['label']} | {'reused' if t['reused'] else t['wall_s']} |" for t in timings]
+    total = sum(t["wall_s"] for t in timings)
+    lines.append(f"| total | {total:.1f} |")
+    path = folder / "timings.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m whalekit.reproduce", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="cpu", help="smoke | cpu | paper, or a preset YAML file")
+    parser.add_argument("--runs-root", default="runs", help="run directories and executed notebooks go here")
+    parser.add_argument("--figures", default="figures", help="figures (PNG, PDF) and tables (MD, CSV) go here")
+    parser.add_argument("--domains", nargs="*", help="default: the preset's domains except toy")
+    parser.add_argument("--methods", nargs="*", help=f"default: all ({', '.join(METHODS)})")
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0])
+    parser.add_argument("--kernel", default="python3", help="Jupyter kernel that executes the notebooks")
+    parser.add_argument("--dry-run", action="store_true", help="list the notebook executions and stop")
+    args = parser.parse_args(argv)
+    jobs = plan(args.preset, args.runs_root, args.figures, args.domains, args.methods, args.seeds)
+    if args.dry_run:
+        for job in jobs:
+            print(job.label, json.dumps(job.parameters))
+        return 0
+    started = time.perf_counter()
+    run_jobs(jobs, kernel=args.kernel, log=lambda line: print(line, flush=True))
+    print(f"done in {time.perf_counter() - started:.0f} s: figures and tables in {Path(args.figures).resolve()}, "
+          f"executed notebooks and timings.md in {jobs[0].output.parent}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
