@@ -76,6 +76,10 @@ def test_every_notebook_executes_under_the_smoke_preset_and_writes_its_outputs(t
         executed = nbformat.read(job.output, as_version=4)
         errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
         assert not errors, job.label
+    archive_notebook = nbformat.read(jobs[-1].output, as_version=4)
+    html = [o["data"]["text/html"] for c in archive_notebook.cells if c.cell_type == "code" for o in c.outputs
+            if "text/html" in o.get("data", {})]
+    assert any("wk-trace" in page for page in html), "the trace viewer must fall back to static HTML headless"
     table = (tmp_path / "figures" / "table2_main.md").read_text()
     assert all(label in table for label in ("WHALE", "weights only", "harness only", "FST (prompt only)"))
     # a second pass reuses every finished run instead of recomputing it

@@ -3,6 +3,7 @@ per method everywhere, labelled axes, PNG + PDF on disk."""
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import pytest
 from matplotlib.colors import to_hex
 from run_fixtures import write_run
@@ -10,6 +11,12 @@ from run_fixtures import write_run
 from whalekit import plots, tables
 from whalekit.archive import Archive
 from whalekit.runs import RunDir
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
 
 
 @pytest.fixture(scope="module")

@@ -66,6 +66,7 @@ def test_browse_degrades_to_static_html_without_widgets(tmp_path, monkeypatch):
     shown: list[str] = []
     monkeypatch.setattr(widgets, "_display", shown.append)
     assert widgets.widgets_available() is False  # plain pytest: no kernel, no front end
+    monkeypatch.setenv(widgets.HEADLESS_ENV, "1")
     widgets.browse(tmp_path, "smoke")
     assert len(shown) == 1
     assert "prefill helps" in shown[0]  # the accepted candidate's diff against h0

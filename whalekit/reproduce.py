@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -143,6 +144,9 @@ def reusable(job: Job) -> bool:
 def execute(job: Job, notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3") -> None:
     import papermill
 
+    from whalekit.widgets import HEADLESS_ENV
+
+    os.environ[HEADLESS_ENV] = "1"  # inherited by the kernel: the trace viewer renders static HTML
     job.output.parent.mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(str(notebook_dir / f"{job.notebook}.ipynb"), str(job.output),
                                parameters=job.parameters, kernel_name=kernel, progress_bar=False,

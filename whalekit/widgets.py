@@ -25,6 +25,7 @@ from whalekit.types import Trajectory
 
 ROLE_COLOURS = {"system": "#F2F2F2", "user": "#EAF2FB", "assistant": "#FFFFFF"}
 TRAINED_BACKGROUND = "#C8F0C8"
+HEADLESS_ENV = "WHALEKIT_HEADLESS"  # set (to 1) where no widget front end will ever attach
 _STYLE = ("<style>.wk-trace{font-family:sans-serif;font-size:13px;max-width:980px}"
           ".wk-msg{border:1px solid #DDD;border-radius:4px;margin:4px 0;padding:4px 8px}"
           ".wk-msg pre,.wk-trace pre{white-space:pre-wrap;margin:2px 0;font-size:12px}"
@@ -173,19 +174,21 @@ def run_sources(run_root: str | Path) -> dict[str, list[Trajectory]]:
 
 
 def widgets_available() -> bool:
-    """True when ipywidgets imports and a Jupyter front end can draw them (not under
-    papermill or plain Python)."""
+    """True when ipywidgets imports and a Jupyter kernel runs us, unless the run is
+    headless: a kernel cannot see whether a front end is attached, so headless drivers
+    (`whalekit.reproduce`, the notebook tests) set WHALEKIT_HEADLESS=1 for the kernels
+    they start."""
+    import os
+
+    if os.environ.get(HEADLESS_ENV, "") not in ("", "0"):
+        return False
     try:
         import ipywidgets  # noqa: F401
         from IPython import get_ipython
     except ImportError:
         return False
     shell = get_ipython()
-    if shell is None or not hasattr(shell, "kernel"):
-        return False
-    import sys
-
-    return "papermill" not in sys.modules and not any("papermill" in a for a in sys.argv)
+    return shell is not None and hasattr(shell, "kernel")
 
 
 def browse(runs_root: str | Path, preset: str = "cpu", interactive: bool | None = None,
