@@ -127,7 +127,7 @@ def readonly_fs():
     for point, flags in entries:
         rw = point == scratch
         if libc.mount(None, point.encode(), None, REMOUNT | BIND | flags | (0 if rw else RDONLY), None) != 0:
-            ok = ok and (rw or not (point == "/" or scratch.startswith(point.rstrip("/") + "/")))
+            ok = False  # that mount stays as it was; the audit hooks still guard writes
     return ok
 
 pidns = False
