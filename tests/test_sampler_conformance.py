@@ -118,7 +118,7 @@ def test_stop_string_ends_a_turn_at_the_token_that_completes_it(sampler):
 
 # -- batching --------------------------------------------------------------------------
 def test_batched_greedy_equals_one_at_a_time_and_keeps_request_order(sampler):
-    prompts = _prompts(sampler.tokenizer)
+    prompts = _prompts(sampler.tokenizer, 4)
     # Different limits and stop strings per row: each result must belong to its own request.
     requests = [GenerationRequest(p, 6 + i, ["\n"] if i % 2 else []) for i, p in enumerate(prompts)]
     batched = sampler.generate(requests, GREEDY)
