@@ -47,7 +47,7 @@ def resolve_model_dir(spec: str) -> Path:
     if spec == "smollm2-135m":
         return _cached(cache_dir() / "models" / "smollm2-135m-instruct", _convert_smollm2_gguf)
     if spec == "tiny-random":
-        return _cached(cache_dir() / "models" / "tiny-random-llama", _build_tiny_random)
+        return _cached(cache_dir() / "models" / "tiny-random-llama-v2", _build_tiny_random)
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
@@ -151,8 +151,9 @@ def _build_tiny_random(out: Path) -> None:
 
     tokenizer = load_tokenizer(resolve_model_dir("smollm2-135m"))
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True,
+        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1,  # head_dim 64: vLLM's CPU attention supports it
+        max_position_embeddings=4096, tie_word_embeddings=True,
         initializer_range=0.3,  # wide enough that greedy decoding does not collapse to one token
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )
