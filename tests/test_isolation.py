@@ -34,9 +34,15 @@ def _hook(body: str) -> str:
     (_hook("__import__('socket')"), "use of '__import__' is not allowed"),
     (_hook("eval('1')"), "use of 'eval' is not allowed"),
     (_hook("x = ().__class__"), "attribute '__class__' is not allowed"),
+    (_hook("x = getattr(task, '__class__')"), "use of 'getattr' is not allowed"),
+    (_hook("name = 'inputs'\nx = getattr(task, name)"), "use of 'getattr' is not allowed"),
 ])
 def test_validation_rejects_unsafe_or_broken_sources_with_a_reason(source: str, reason: str) -> None:
     assert reason in (validate_source(source) or "")
+
+
+def test_getattr_with_a_literal_public_name_is_allowed() -> None:
+    assert validate_source(_hook("x = getattr(task, 'subset', 'default')")) is None
 
 
 def test_the_seed_harness_passes_validation_and_a_dry_run() -> None:

@@ -67,6 +67,10 @@ def validate_source(source: str) -> str | None:
         tree = ast.parse(source)
     except SyntaxError as exc:
         return f"syntax error at line {exc.lineno}: {exc.msg}"
+    # getattr(obj, "name"[, default]) with a literal, non-dunder name is plain attribute access.
+    safe_getattr = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                    and n.func.id == "getattr" and len(n.args) >= 2 and isinstance(n.args[1], ast.Constant)
+                    and isinstance(n.args[1].value, str) and not n.args[1].value.startswith("__")}
     for node in ast.walk(tree):
         line = getattr(node, "lineno", "?")
         if isinstance(node, ast.Import):
@@ -77,7 +81,7 @@ def validate_source(source: str) -> str | None:
             if node.level or not node.module or not _import_allowed(node.module):
                 allowed = ", ".join(ALLOWED_IMPORTS)
                 return f"line {line}: import from {node.module!r} is not allowed (allowed: {allowed})"
-        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_CALLS:
+        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_CALLS and id(node) not in safe_getattr:
             return f"line {line}: use of {node.id!r} is not allowed in a harness"
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr not in ALLOWED_DUNDERS:
             return f"line {line}: access to attribute {node.attr!r} is not allowed in a harness"
