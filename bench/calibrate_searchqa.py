@@ -13,6 +13,7 @@ import argparse
 import json
 import time
 from collections import defaultdict
+from pathlib import Path
 
 from whalekit.domains.base import get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
@@ -35,7 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n-test", type=int, default=64)
     parser.add_argument("--samples", type=int, default=8)
-    parser.add_argument("--harness", nargs="+", default=["h0", "h1"])
+    parser.add_argument("--harness", nargs="+", default=["h0", "h1"], help="names in harnesses/ or .py paths")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="smollm2-135m")
@@ -49,7 +50,8 @@ def main() -> None:
     policy = load_policy(args.model, max_batch_size=args.batch)
     report = {}
     for name in args.harness:
-        runtime = InProcessHarness(domain.harness_source(name))
+        source = Path(name).read_text() if name.endswith(".py") else domain.harness_source(name)
+        runtime = InProcessHarness(source)
         episodes = [Episode(task, runtime, i) for task in splits.test for i in range(args.samples)]
         start = time.perf_counter()
         trajectories = rollout(domain, episodes, policy.sampler,
@@ -69,7 +71,7 @@ def main() -> None:
         print("  failure modes: " + ", ".join(f"{k} {v}" for k, v in sorted(modes.items())))
         example = next((t for t in trajectories if t.turns), None)
         if example is not None:
-            print("  example reply: " + repr(example.turns[0].text[:200]))
+            print("  example reply: " + repr(example.turns[0].text[:200]), flush=True)
         report[name] = {"mean": summary["correct"], "wall_s": wall, "flags": summary,
                         "per_family": {f: sum(v) / len(v) for f, v in by_family.items()}, "failure_modes": modes}
     if args.json:
