@@ -96,7 +96,10 @@ class Domain(ABC):
         import importlib
 
         try:
-            module = importlib.import_module(type(self).__module__.rsplit(".", 0)[0] + ".mechanisms")
+            package = type(self).__module__
+            if package.startswith("whalekit.domains."):  # the domain's package, wherever the class is defined
+                package = ".".join(package.split(".")[:3])
+            module = importlib.import_module(package + ".mechanisms")
         except ModuleNotFoundError:
             return []
         return list(getattr(module, "CATALOGUE", []))
