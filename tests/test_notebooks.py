@@ -65,6 +65,7 @@ def test_timings_note_lists_every_notebook(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3000)  # eight smoke runs plus the analysis notebooks, each in a fresh kernel
 def test_every_notebook_executes_under_the_smoke_preset_and_writes_its_outputs(tmp_path):
     jobs = reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"])
     timings = reproduce.run_jobs(jobs)

@@ -25,6 +25,7 @@ def _config(tmp_path: Path, method: str, **overrides):
     return resolve_config("smoke", domain="toy", method=method, runs_root=str(tmp_path), **overrides)
 
 
+@pytest.mark.timeout(2400)
 def test_every_method_runs_end_to_end_and_ends_exactly_at_the_same_budget(tmp_path):
     spent = {}
     for method in METHODS:
@@ -106,6 +107,7 @@ run_method(resolve_config("smoke", domain="toy", method="whale", runs_root=sys.a
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)
 def test_a_run_killed_at_random_points_resumes_to_the_same_events(tmp_path):
     env = dict(os.environ, PYTHONHASHSEED="0")
     straight = tmp_path / "straight"
