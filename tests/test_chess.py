@@ -256,6 +256,11 @@ def test_every_mechanism_applies_to_h0_loads_and_runs(domain, mechanism):
     assert set(mechanism.targets) <= set(domain.failure_modes)
 
 
+def test_the_domain_offers_its_catalogue_of_six_to_ten_distinct_mechanisms(domain):
+    names = [m.name for m in domain.mechanisms()]
+    assert names == [m.name for m in CATALOGUE] and 6 <= len(names) <= 10 and len(set(names)) == len(names)
+
+
 def test_mechanisms_on_different_hooks_compose(domain):
     task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
     source = domain.initial_harness_source()
@@ -284,3 +289,21 @@ def test_behaviour_flags_and_failure_modes(domain):
         trajectory.flags = domain.behaviour(trajectory, task, verdict)
         assert {"format_valid", "move_legal", "move_correct", "turns", "generated_tokens"} <= set(trajectory.flags)
         assert domain.failure_mode(trajectory) == mode, answer
+
+
+@pytest.mark.slow
+def test_h0_rollout_with_smollm_is_verified_and_flagged(smollm_policy, domain):
+    from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+
+    tasks = load_lichess_csv(FIXTURES / "puzzles.csv")[:2] + generate_puzzles(2, seed=3)
+    tasks = [p.to_task() for p in tasks]
+    harness = InProcessHarness(domain.initial_harness_source())
+    episodes = [Episode(task, harness, i) for task in tasks for i in range(2)]
+    trajectories = rollout(domain, episodes, smollm_policy.sampler, RolloutConfig(temperature=1.0, progress=False))
+    assert len(trajectories) == 8
+    for trajectory in trajectories:
+        assert trajectory.error is None and "wall_s" in trajectory.timings
+        assert {"format_valid", "move_legal", "move_correct", "turns", "generated_tokens"} <= set(trajectory.flags)
+        assert trajectory.flags["turns"] == 1 and 0 < trajectory.flags["generated_tokens"] <= 32
+        assert trajectory.correct == trajectory.flags["move_correct"]
+        assert domain.failure_mode(trajectory) in (None, *domain.failure_modes)

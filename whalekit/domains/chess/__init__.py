@@ -88,7 +88,6 @@ class ChessDomain(Domain):
             "incomplete_line": details.get("reason") == "incomplete_line",
             "solver_moves_correct": int(details.get("solver_moves_correct", 0)),
             "tool_calls": sum(len(t.tool_calls) for t in trajectory.turns),
-            "format_retries": sum(1 for m in trajectory.messages if m.kind == "feedback"),
         })
         return flags
 
