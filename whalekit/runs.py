@@ -16,25 +16,14 @@ Layout of one run (domain, method, schedule, seed):
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from whalekit.archive import atomic_write as atomic_write_text  # one atomic writer for every record
 from whalekit.types import Trajectory
 
 SCHEMA_VERSION = 1
 TIMING_KEYS = ("wall_s", "sample_seconds", "train_seconds", "time")  # differ between identical runs
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 class RunDir:
