@@ -7,6 +7,11 @@ Run it under the shared CPU lock (2-core machine):
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/calibrate_chess.py --n-test 64 --samples 8 --harness h0 h1
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/calibrate_chess.py --source lichess \
         --path ../shared/realdata/lichess_puzzles/lichess_db_puzzle_uncleaned_sample.csv --themes mateIn1
+
+Measured (default mix = generated mate-in-1, seed 0, temperature 1, shared CPU):
+  --n-test 32 --samples 4: h0 mean@4 = 0.000 (format_valid 0.000), h1 mean@4 = 0.023
+  (format_valid 0.680, move_legal 0.164). h0 fails on format alone: under the plain
+  prompt SmolLM2-135M never replies with a bare move, whatever the puzzle mix.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Puzzles come from the seeded generator (mate in 1 and 2, no download) or from a 
 puzzle CSV; the verifier follows Lichess (the stored move or any checkmate), the toolbox
 shows the board and the legal moves but never evaluates, and the behaviour flags split
 failures into format, legality and choice, the three bottlenecks a harness can move.
-Constructor defaults are the calibrated CPU preset for SmolLM2-135M (see
-bench/calibrate_chess.py and the numbers in its docstring).
+Constructor defaults (generated mate-in-1 only) are the provisional CPU preset for
+SmolLM2-135M; bench/calibrate_chess.py measures it and records the numbers.
 
     domain = get_domain("chess")
     splits = domain.load_splits(n_train=64, n_search=32, n_test=64, seed=0)
