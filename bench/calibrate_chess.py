@@ -8,10 +8,15 @@ Run it under the shared CPU lock (2-core machine):
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/calibrate_chess.py --source lichess \
         --path ../shared/realdata/lichess_puzzles/lichess_db_puzzle_uncleaned_sample.csv --themes mateIn1
 
-Measured (default mix = generated mate-in-1, seed 0, temperature 1, shared CPU):
-  --n-test 32 --samples 4: h0 mean@4 = 0.000 (format_valid 0.000), h1 mean@4 = 0.023
-  (format_valid 0.680, move_legal 0.164). h0 fails on format alone: under the plain
-  prompt SmolLM2-135M never replies with a bare move, whatever the puzzle mix.
+Measured (default mix = generated mate-in-1, seed 0, temperature 1):
+  quiet machine, vLLM sampler, --n-test 64 --samples 8 (4 min 59 s for both harnesses,
+  engine start-up included): h0 mean@8 = 0.000 (format_valid 0.000, 512 episodes),
+  h1 mean@8 = 0.0117 (format_valid 0.711, move_legal 0.197), h1's rollout 86 s.
+  h0 fails on format alone: under the plain prompt SmolLM2-135M never replies with a bare
+  move, whatever the puzzle mix. With min_mating_moves=2 (a random legal move mates 6.8%
+  of the time instead of 3.9%) h0 stays at 0.000, as do three plain variants of it (an
+  answer example in the instruction: format_valid 0.025; a "Move:" prefill: 0.016; both:
+  0.441, but the model then copies the example move).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--sampler", default="auto", choices=["auto", "hf", "vllm"])
     parser.add_argument("--source", default="generated", choices=["generated", "lichess"])
     parser.add_argument("--path", default=None, help="Lichess puzzle CSV for --source lichess")
     parser.add_argument("--themes", nargs="*", default=None)
@@ -52,7 +58,7 @@ def main() -> None:
                                 path=args.path, themes=args.themes)
     print(f"domain knobs: {vars(domain)}; {len(splits.test)} test puzzles in "
           f"{time.perf_counter() - started:.1f}s")
-    policy = load_policy(args.model)
+    policy = load_policy(args.model, sampler=args.sampler)
     summary = {}
     for name in args.harness:
         harness = InProcessHarness(domain.harness_source(name))

@@ -28,17 +28,20 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--sampler", default="auto", choices=["auto", "hf", "vllm"])
     parser.add_argument("--mix", type=json.loads, default=None, help='JSON family weights, e.g. {"arithmetic": 1}')
     parser.add_argument("--source", default="generated")
     parser.add_argument("--path", default=None)
     parser.add_argument("--dump", default=None, help="write trajectories as JSONL here")
+    parser.add_argument("--json", default=None, help="also write the summary here")
     args = parser.parse_args()
 
     domain = get_domain("math", **({"mix": args.mix} if args.mix else {}))
     splits = domain.load_splits(n_train=0, n_search=0, n_test=args.n_test, seed=args.seed, source=args.source,
                                 path=args.path)
-    policy = load_policy(args.model)
+    policy = load_policy(args.model, sampler=args.sampler)
     print(f"mix={domain.mix} n_test={len(splits.test)} samples={args.samples} T={args.temperature}", flush=True)
+    summary: dict[str, dict] = {}
     for name in args.harness:
         harness = InProcessHarness(domain.harness_source(name))
         episodes = [Episode(task, harness, i) for task in splits.test for i in range(args.samples)]
@@ -56,6 +59,11 @@ def main() -> None:
                 if isinstance(value, (bool, int, float)):
                     flags[key].append(float(value))
         score = mean(t.reward for t in trajectories)
+        summary[name] = {"mean@k": score, "k": args.samples, "n_test": len(splits.test), "wall_s": wall,
+                         "episodes": len(trajectories), "errors": sum(1 for t in trajectories if t.error),
+                         "flags": {k: mean(v) for k, v in sorted(flags.items())},
+                         "by_subset": {k: mean(v) for k, v in sorted(by_subset.items())},
+                         "failure_modes": dict(failures)}
         print(f"\n[{name}] mean@{args.samples} = {score:.3f}   wall {wall:.0f} s   ({len(trajectories)} episodes)")
         print("  per subset: " + ", ".join(f"{k} {mean(v):.3f} (n={len(v)})" for k, v in sorted(by_subset.items())))
         print("  flags: " + ", ".join(f"{k} {mean(v):.3f}" for k, v in sorted(flags.items())))
@@ -64,6 +72,10 @@ def main() -> None:
             with open(f"{args.dump}.{name}.jsonl", "w") as handle:
                 for trajectory in trajectories:
                     handle.write(json.dumps(trajectory.to_json()) + "\n")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"mix": domain.mix, "temperature": args.temperature, "seed": args.seed, "model": args.model,
+                       "harnesses": summary}, handle, indent=2)
 
 
 if __name__ == "__main__":

@@ -40,14 +40,17 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--sampler", default="auto", choices=["auto", "hf", "vllm"])
     parser.add_argument("--batch", type=int, default=64, help="sampler max batch size")
     parser.add_argument("--json", help="also write the summary to this file")
     parser.add_argument("--progress", action="store_true", help="show a progress bar per rollout")
+    parser.add_argument("--show", type=int, default=0, help="print this many whole trajectories per harness")
     args = parser.parse_args()
 
     domain = get_domain("searchqa")
     splits = domain.load_splits(n_train=0, n_search=0, n_test=args.n_test, seed=args.seed)
-    policy = load_policy(args.model, max_batch_size=args.batch)
+    policy = load_policy(args.model, max_batch_size=args.batch, sampler=args.sampler)
+    references = {task.id: task.reference for task in splits.test}
     report = {}
     for name in args.harness:
         source = Path(name).read_text() if name.endswith(".py") else domain.harness_source(name)
@@ -72,6 +75,10 @@ def main() -> None:
         example = next((t for t in trajectories if t.turns), None)
         if example is not None:
             print("  example reply: " + repr(example.turns[0].text[:200]), flush=True)
+        for t in trajectories[: args.samples * args.show: args.samples]:
+            print(f"  --- {t.subset} reference={references[t.task_id]!r} answer={t.final_answer!r} correct={t.correct}")
+            for m in t.messages:
+                print(f"    [{m.role}/{m.kind}] {m.content!r}")
         report[name] = {"mean": summary["correct"], "wall_s": wall, "flags": summary,
                         "per_family": {f: sum(v) / len(v) for f, v in by_family.items()}, "failure_modes": modes}
     if args.json:
