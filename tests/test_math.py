@@ -168,6 +168,7 @@ def test_real_file_splits_need_a_path_and_enough_rows():
     ("1/2", "0.5"), ("1/2", "\\frac{1}{2}"), ("\\frac{1}{2}", "1/2"), ("1/2", "The answer is \\boxed{0.5}."),
     ("18", "She makes $18 a day, so \\boxed{18}"), ("-4", "\\boxed{-4}"), ("7", "x = 7"),
     ("2500", "\\boxed{2,500}"), ("3", "First 5, then \\boxed{3}."),
+    ("81", "In mathematics, 9 * 9 is equal to 81."), ("-34", "8 - 42 gives -34"), ("1/2", "So it is 1/2."),
 ])
 def test_math_verify_accepts_equivalent_forms(reference, answer):
     assert check(reference, answer).correct
@@ -176,6 +177,9 @@ def test_math_verify_accepts_equivalent_forms(reference, answer):
 @pytest.mark.parametrize("reference,answer", [
     ("1/2", "1/3"), ("1/2", "\\boxed{2}"), ("18", "\\boxed{81}"), ("7", "\\boxed{7} is wrong, \\boxed{8}"),
     ("7", None), ("7", ""), ("7", "no idea"), ("7", "}{\\boxed{"), ("7", "\\boxed{" * 200), ("7", "9" * 5000),
+    # prose is read by its last number: a restated question is not its own answer
+    ("63", "To make it more specific 31 + 32 will just be: +3."), ("121", "10.10 is equal to 11*11."),
+    ("66", "you write the result involving 30 + 36."), ("81", "9 * 9 is 80, not 9 * 9."),
 ])
 def test_wrong_answers_and_garbage_are_rejected_without_raising(reference, answer):
     verdict = check(reference, answer)

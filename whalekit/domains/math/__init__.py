@@ -4,8 +4,11 @@ model is the bottleneck (replies run into the token cap); the harness decides wh
 runs, what errors look like and how the final answer is read.
 
 The constructor defaults are the calibrated CPU preset for SmolLM2-135M (see
-bench/calibrate_math.py): a mix of generated problems on which the plain h0 scores
-clearly above 0 and far below the ceiling.
+bench/calibrate_math.py): a mix of generated problems, mostly single-step small-number
+arithmetic, on which the plain h0 scores clearly above 0 and far below the ceiling.
+Measured (64 test problems x 8 samples, T=1, seed 0, vLLM CPU sampler): h0 mean@8 0.109
+(truncated 0.277, boxed 0.004, tool calls 0.141, tool errors 0.094 per episode; 143 s),
+h1 mean@8 0.604 (truncated 0.072, boxed 1.0, tool calls 1.0, tool errors 0.197; 85 s).
 
     domain = get_domain("math")
     splits = domain.load_splits(n_train=64, n_search=32, n_test=64, seed=0)
@@ -20,9 +23,9 @@ from whalekit.domains.math import data, generator, tools, verifier
 from whalekit.sandbox import SandboxLimits
 from whalekit.types import Task, Trajectory
 
-# The calibrated preset: mostly one- and two-step arithmetic, a few harder families so
-# there is headroom for training and harness search.
-DEFAULT_MIX = {"arithmetic": 0.6, "multistep": 0.15, "word": 0.15, "modular": 0.05, "algebra": 0.05}
+# The calibrated preset: mostly single-step small-number arithmetic, a few harder
+# families so there is headroom for training and harness search.
+DEFAULT_MIX = {"arithmetic": 0.7, "multistep": 0.1, "word": 0.1, "modular": 0.05, "algebra": 0.05}
 
 
 class MathDomain(Domain):

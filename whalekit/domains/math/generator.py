@@ -2,15 +2,15 @@
 and the difficulty mix can be tuned to the model (a 135M model needs easy problems
 to have anything to learn from).
 
-Five families, roughly in order of difficulty: `arithmetic` (two numbers, one
-operation), `multistep` (three numbers, two operations), `word` (short stories over
-the same arithmetic), `modular` (remainders and modular powers: easy with Python, hard
-without), `algebra` (linear equations, quadratic root sums, function values; answers
-computed with sympy). Every problem is a pure function of (family, rng), so a seed
-reproduces the pool exactly.
+Five families, roughly in order of difficulty: `arithmetic` (two small numbers, one
+operation: a times table, small sums, non-negative differences), `multistep` (three
+numbers, two operations), `word` (short stories over the same arithmetic), `modular`
+(remainders and modular powers: easy with Python, hard without), `algebra` (linear
+equations, quadratic root sums, function values; answers computed with sympy). Every
+problem is a pure function of (family, rng), so a seed reproduces the pool exactly.
 
     problems = generate_problems(200, seed=0, mix={"arithmetic": 0.5, "word": 0.5})
-    problems[0].question, problems[0].answer   # ('What is 23 + 17?', '40')
+    problems[0].question, problems[0].answer   # ('A box holds 5 books. How many books are in 7 boxes?', '35')
 """
 
 from __future__ import annotations
@@ -34,12 +34,21 @@ class Problem:
     level: int  # 1 (easiest) .. 4
 
 
+# Level-1 operands: the range where SmolLM2-135M sometimes answers without a tool (a
+# times table, small sums, differences that stay non-negative). Larger ones score ~0.
+TIMES_TABLE_MAX = 10
+SUM_MAX = 20
+
+
 def _arithmetic(rng: random.Random) -> Problem:
     op = rng.choice("+-*")
     if op == "*":
-        a, b = rng.randint(2, 12), rng.randint(2, 12)
+        a, b = rng.randint(2, TIMES_TABLE_MAX), rng.randint(2, TIMES_TABLE_MAX)
+    elif op == "+":
+        a, b = rng.randint(2, SUM_MAX), rng.randint(2, SUM_MAX)
     else:
-        a, b = rng.randint(2, 50), rng.randint(2, 50)
+        a = rng.randint(3, SUM_MAX)
+        b = rng.randint(1, a - 1)
     value = {"+": a + b, "-": a - b, "*": a * b}[op]
     return Problem(f"What is {a} {op} {b}?", str(value), "arithmetic", 1)
 

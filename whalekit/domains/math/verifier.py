@@ -1,8 +1,11 @@
 """Answer checking with math-verify, so `1/2`, `0.5` and `\\frac{1}{2}` are one answer
 and no LaTeX normaliser has to be written (or trusted) here.
 
-The answer string is whatever the harness handed over: math-verify takes the last
-`\\boxed{}` when there is one and otherwise its own extraction of the last expression.
+The answer string is whatever the harness handed over. With a `\\boxed{}` in it,
+math-verify reads the last one. Without, a bare answer (a harness's own extraction such
+as `0.5`, `\\frac{1}{2}` or `x = 7`: short, no words) goes to math-verify whole, and prose
+is read by its last number only: math-verify's own extraction of the last expression
+would evaluate a restated question ("so 31 + 32 ...") and credit it with the sum.
 math-verify guards slow parses with `signal.alarm`, which only works in the main
 thread, so elsewhere the guard is switched off (the inputs are short).
 
@@ -18,6 +21,9 @@ from typing import Any
 from whalekit.domains.base import Verdict
 
 BOXED = re.compile(r"\\boxed\s*\{")
+WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")  # a word, not a LaTeX command or a variable
+NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?(?![\w])")
+BARE_CHARS = 40
 
 
 def last_boxed(text: str) -> str | None:
@@ -38,6 +44,15 @@ def last_boxed(text: str) -> str | None:
 
 def has_boxed(text: str | None) -> bool:
     return bool(text) and BOXED.search(text) is not None  # type: ignore[arg-type]
+
+
+def unboxed_answer(text: str) -> str | None:
+    """What an answer without a \\boxed{} says: a bare answer whole, prose by its last number."""
+    text = text.strip()
+    if len(text) <= BARE_CHARS and not WORD.search(text):
+        return text
+    numbers = NUMBER.findall(text)
+    return f"${numbers[-1].replace(',', '')}$" if numbers else None
 
 
 def _timeout() -> int | None:
@@ -67,9 +82,11 @@ def check(reference: str, answer: str | None) -> Verdict:
     details: dict[str, Any] = {"boxed": has_boxed(answer), "parsed": None}
     if not answer or not answer.strip():
         return Verdict(False, 0.0, details)
-    gold, predicted = parse_reference(str(reference)), parse_answer(answer)
+    gold = parse_reference(str(reference))
     if not gold:
         raise ValueError(f"reference answer {reference!r} cannot be parsed by math-verify")
+    read = answer if details["boxed"] else unboxed_answer(answer)
+    predicted = parse_answer(read) if read else []
     if predicted:
         details["parsed"] = str(predicted[-1])
     try:
