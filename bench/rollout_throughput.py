@@ -7,6 +7,13 @@ generated token), and, for vLLM, the seconds one weight sync takes.
 
     python bench/rollout_throughput.py --batches 1 8 32 64 --new-tokens 128
     flock /tmp/whalekit-cpu.lock python bench/rollout_throughput.py --sampler hf vllm --batches 64
+
+Measured on a quiet machine (2 cores, one process, SmolLM2-135M, 128 new tokens):
+    flock /tmp/whalekit-cpu.lock /work/vvenv/bin/python bench/rollout_throughput.py \
+        --sampler hf vllm --batches 64 128 --naive-episodes 2
+  naive loop 18.2 tok/s; transformers sampler in the engine 67.2 (batch 64) / 105.2 (128);
+  vLLM sampler 445.8 (64) / 588.7 (128) tok/s = 6.63x / 5.60x transformers; vLLM start-up
+  25.2 s; weight sync 0.46, 0.42, 0.56 s; bf16 matmul ceiling 3,981 tok/s.
 """
 
 from __future__ import annotations
