@@ -115,7 +115,8 @@ def rsft_step(policy, domain, tasks, trajectories, lora: bool) -> None:
     finally:
         sampler.load_weights = load
     train_seconds = seconds - sum(sync_times)
-    print(f"RSFT step ({'LoRA' if lora else 'full'}, device {trainer.device}, bf16 autocast {trainer.autocast}): "
+    print(f"RSFT step ({'LoRA' if lora else 'full'}, device {trainer.device}, bf16 autocast {trainer.autocast}, "
+          f"weights {trainer.train_dtype}, {type(trainer.optimizer).__name__}, backend {trainer.backend}): "
           f"loss {loss:.3f}, {tokens} tokens in {train_seconds:.2f} s = {tokens / train_seconds:.0f} training tok/s; "
           f"weight sync {sync_times[0]:.2f} s")
     del trainer

@@ -12,6 +12,7 @@ with the loss on generated tokens only, then sync the new weights to the sampler
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import random
@@ -27,6 +28,10 @@ from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, rollout
 from whalekit.types import Task, Trajectory
 
 IGNORE_INDEX = -100
+TRAIN_DTYPES = ("auto", "float32", "bfloat16")
+BACKENDS = ("peft", "unsloth", "auto")
+UNSLOTH_HINT = "pip install 'whalekit[gpu]' (CUDA Linux machines)"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -43,6 +48,12 @@ class RSFTConfig:
     lora_r: int = 16
     lora_alpha: int = 32
     bf16_autocast: bool = True  # used only where the CPU/GPU supports bf16
+    # Trainer weights: "auto" = bfloat16 on CUDA (full fine-tuning of 2B/4B models fits next to
+    # vLLM; bf16 parameters are updated with stochastic rounding, see BF16AdamW), float32 on CPU.
+    train_dtype: str = "auto"  # auto | float32 | bfloat16
+    # LoRA backend: "peft"; "unsloth" (FastLanguageModel; CUDA only, `pip install whalekit[gpu]`);
+    # "auto" = unsloth where it imports and CUDA is present, else peft with one logged warning.
+    backend: str = "peft"  # peft | unsloth | auto
     temperature: float = 1.0  # behaviour-policy sampling temperature
     max_context_tokens: int = 4096  # engine limit per episode
     reward_window: int = 4  # batches in the sliding-window mean training reward
@@ -53,6 +64,12 @@ class RSFTConfig:
             raise ValueError("RSFTConfig sizes must be positive")
         if self.learning_rate <= 0 or self.reward_window <= 0:
             raise ValueError("learning_rate and reward_window must be positive")
+        if self.train_dtype not in TRAIN_DTYPES:
+            raise ValueError(f"train_dtype {self.train_dtype!r}: use one of {', '.join(TRAIN_DTYPES)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
+        if self.backend == "unsloth" and not self.lora:
+            raise ValueError("backend='unsloth' accelerates LoRA here; set lora=true or backend='peft'")
 
 
 @dataclass
@@ -147,6 +164,62 @@ def bf16_supported() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def resolve_train_dtype(name: str, device_type: str, bf16_ok: bool = True) -> str:
+    """The trainer's weight dtype: "auto" is bfloat16 on a CUDA device that supports it
+    (full fine-tuning of 2B/4B models beside vLLM), float32 elsewhere (CPU: exact, and
+    bf16 matmuls are slow without AMX)."""
+    if name not in TRAIN_DTYPES:
+        raise ValueError(f"train_dtype {name!r}: use one of {', '.join(TRAIN_DTYPES)}")
+    if name != "auto":
+        return name
+    return "bfloat16" if device_type == "cuda" and bf16_ok else "float32"
+
+
+def resolve_backend(requested: str, lora: bool, cuda: bool) -> str:
+    """"peft" or "unsloth". unsloth is imported lazily and only where it can run (CUDA);
+    "auto" falls back to peft with one logged warning, an explicit "unsloth" that cannot
+    run is an ImportError saying how to install it."""
+    if requested not in BACKENDS:
+        raise ValueError(f"backend {requested!r}: use one of {', '.join(BACKENDS)}")
+    if requested == "peft" or not lora:  # unsloth accelerates the LoRA path only
+        return "peft"
+    import importlib
+    import importlib.util
+
+    why = None
+    try:
+        installed = importlib.util.find_spec("unsloth") is not None
+    except (ImportError, ValueError):
+        installed = False
+    if not installed:
+        why = "the package 'unsloth' is not installed"
+    elif not cuda:
+        why = "there is no CUDA device (unsloth runs on CUDA GPUs only)"
+    else:
+        try:
+            importlib.import_module("unsloth")
+        except Exception as exc:  # unsloth raises more than ImportError when it cannot patch
+            why = f"'import unsloth' failed ({type(exc).__name__}: {exc})"
+    if why is None:
+        return "unsloth"
+    if requested == "unsloth":
+        raise ImportError(f"RSFT backend 'unsloth' requested, but {why}: {UNSLOTH_HINT}, or set rsft.backend=peft")
+    log.warning("RSFT backend 'auto': %s; training LoRA with peft instead (for unsloth: %s)", why, UNSLOTH_HINT)
+    return "peft"
+
+
+def _unsloth_lora(path: Path, dtype: str, config: RSFTConfig) -> Any:
+    import torch
+    from unsloth import FastLanguageModel
+
+    model, _ = FastLanguageModel.from_pretrained(model_name=str(path), max_seq_length=config.max_seq_len,
+                                                 dtype=getattr(torch, dtype), load_in_4bit=False)
+    return FastLanguageModel.get_peft_model(
+        model, r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0, bias="none",
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        use_gradient_checkpointing="unsloth", random_state=config.seed)
+
+
 class RSFTTrainer:
     def __init__(self, policy: Any, domain: Domain, train_tasks: list[Task], config: RSFTConfig,
                  budget: RolloutBudget, device: str | None = None):
@@ -159,17 +232,29 @@ class RSFTTrainer:
         self.policy, self.domain, self.tasks, self.config, self.budget = policy, domain, train_tasks, config, budget
         self.sampler = policy.sampler
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        model = load_model(policy.path).to(self.device)
+        self.train_dtype = resolve_train_dtype(config.train_dtype, self.device.type, bf16_supported())
+        self.backend = resolve_backend(config.backend, config.lora, self.device.type == "cuda")
         torch.manual_seed(config.seed)  # LoRA's initial A matrices: the same run starts from the same adapter
-        if config.lora:
-            from peft import LoraConfig, get_peft_model
+        if self.backend == "unsloth":
+            model = _unsloth_lora(policy.path, self.train_dtype, config)
+        else:
+            model = load_model(policy.path, self.train_dtype).to(self.device)
+            if config.lora:
+                from peft import LoraConfig, get_peft_model
 
-            model = get_peft_model(model, LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                                                     target_modules="all-linear", task_type="CAUSAL_LM"))
+                model = get_peft_model(model, LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
+                                                         lora_dropout=0.0, target_modules="all-linear",
+                                                         task_type="CAUSAL_LM"))
         self.model = model
         self.autocast = config.bf16_autocast and bf16_supported()
         params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+        if any(p.dtype == torch.bfloat16 for p in params):
+            from whalekit.optim import BF16AdamW
+
+            self.optimizer = BF16AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
+                                       seed=config.seed)
+        else:
+            self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps)))
         self.state = TrainerState()
