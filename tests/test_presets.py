@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from whalekit.presets import PRESETS, load_preset
+from whalekit.presets import PRESETS, data_files, load_preset
 from whalekit.whale import METHODS_ALL, resolve_config
 
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_resolves_for_every_domain_and_method(preset, tmp_path, monkeypatch):
+    monkeypatch.setenv("WHALEKIT_DATA", str(tmp_path))
     data = load_preset(preset)
     for domain, section in data["domains"].items():
-        for key in ("path", "corpus"):  # the paper preset names user-supplied files: fake them here
-            value = section.get("split_options", {}).get(key)
-            if value:
-                monkeypatch.setenv("WHALEKIT_DATA", str(tmp_path))
-        data = load_preset(preset)
-        for option in data["domains"][domain].get("split_options", {}).values():
-            if isinstance(option, str) and option.startswith(str(tmp_path)):
-                target = tmp_path / option[len(str(tmp_path)) + 1:]
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text("")
+        for name in data_files(section.get("split_options", {})):  # the paper preset names user files: fake them
+            assert name.startswith(str(tmp_path)), name
+            Path(name).parent.mkdir(parents=True, exist_ok=True)
+            Path(name).write_text("")
         for method in METHODS_ALL:
             config = resolve_config(preset, domain, method)
             assert config.budget > 0 and config.eval_k > 0

@@ -43,7 +43,18 @@ def _expand(value: Any) -> Any:
     return value
 
 
+DATA_KEYS = ("path", "corpus", "test_paths")  # split options that name files; each a path or a list of paths
+
+
+def data_files(split_options: dict[str, Any]) -> list[str]:
+    """Every data file a configuration names, in order."""
+    files = []
+    for key in DATA_KEYS:
+        value = split_options.get(key)
+        files += [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if v]
+    return files
+
+
 def missing_data_files(split_options: dict[str, Any]) -> list[str]:
-    """Data files a configuration names that do not exist on this machine."""
-    return [str(split_options[key]) for key in ("path", "corpus")
-            if split_options.get(key) and not Path(str(split_options[key])).exists()]
+    """Data files a configuration names that do not exist on this machine: all of them, not the first."""
+    return [f for f in data_files(split_options) if not Path(f).exists()]

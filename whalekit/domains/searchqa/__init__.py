@@ -17,9 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.domains.base import Domain, Splits, Toolbox, Verdict
-from whalekit.domains.searchqa.data import Document, load_corpus_jsonl, load_hotpotqa, load_qa_jsonl
+from whalekit.domains.searchqa.data import Document, load_corpus_jsonl, load_hotpotqa
 from whalekit.domains.searchqa.retrieval import BM25Index, render_hits
-from whalekit.domains.searchqa.splits import file_splits, generated_splits
+from whalekit.domains.searchqa.splits import (
+    file_splits,
+    file_splits_with_test_sets,
+    generated_splits,
+    load_qa_files,
+    load_test_sets,
+)
 from whalekit.domains.searchqa.verifier import (
     FAILURE_MODES,
     behaviour_flags,
@@ -69,11 +75,14 @@ class SearchQADomain(Domain):
         return self._world
 
     def load_splits(self, n_train: int = 64, n_search: int = 32, n_test: int = 64, seed: int = 0,
-                    source: str = "generated", path: str | Path | None = None, corpus: str | Path | None = None,
+                    source: str = "generated", path: str | Path | list[str | Path] | None = None,
+                    corpus: str | Path | None = None, test_paths: list[str | Path] | None = None,
                     **options: Any) -> Splits:
         """source: "generated" (the world), "hotpotqa" (path: distractor-setting file; its
         paragraphs are the corpus, plus `corpus` if given), or "jsonl"/"nq_open" (path: QA
-        jsonl, corpus: corpus jsonl). The loaded corpus becomes the search tool's index."""
+        jsonl, or a list of them pooled; corpus: corpus jsonl). The loaded corpus becomes the
+        search tool's index. test_paths: QA jsonl test files, each its own sub-dataset named by
+        the file (up to n_test questions from each); `path` then gives training and search only."""
         if options:
             raise TypeError(f"unknown load_splits options: {', '.join(sorted(options))}")
         sizes = (n_train, n_search, n_test)
@@ -91,11 +100,14 @@ class SearchQADomain(Domain):
         elif source in ("jsonl", "nq_open"):
             if corpus is None:
                 raise ValueError(f"source={source!r} needs corpus=... (a corpus jsonl: id, title, text)")
-            examples = load_qa_jsonl(path, subset="nq_open" if source == "nq_open" else None)
+            examples = load_qa_files(path, subset="nq_open" if source == "nq_open" else None)
             documents = load_corpus_jsonl(corpus)
         else:
             raise ValueError(f"unknown source {source!r}; use 'generated', 'hotpotqa', 'nq_open' or 'jsonl'")
         self.set_corpus(documents)
+        if test_paths:
+            return Splits(*file_splits_with_test_sets(examples, load_test_sets(test_paths), sizes, seed, str(path),
+                                                      corpus=self._index.fingerprint))
         return Splits(*file_splits(examples, sizes, seed, str(path), corpus=self._index.fingerprint))
 
     def set_corpus(self, documents: list[Document]) -> BM25Index:

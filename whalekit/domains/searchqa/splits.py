@@ -8,14 +8,17 @@ text and cut with `split_disjoint`.
 
     train, search, test = generated_splits(world, (64, 32, 64), mix={"birthplace": 1.0}, seed=0)
     train, search, test = file_splits(examples, (0, 16, 64), seed=0, source="nq.jsonl")
+    train, search, test = file_splits_with_test_sets(pool, load_test_sets(["nq.jsonl", "popqa.jsonl"]), ...)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from pathlib import Path
 
 from whalekit.domains.base import split_disjoint
-from whalekit.domains.searchqa.data import QAExample
+from whalekit.domains.searchqa.data import QAExample, load_qa_jsonl
 from whalekit.domains.searchqa.verifier import normalize_answer
 from whalekit.domains.searchqa.world import FAMILIES, World
 from whalekit.types import Task
@@ -86,6 +89,54 @@ def file_splits(examples: list[QAExample], sizes: tuple[int, int, int], seed: in
         raise ValueError(f"{source}: question id {duplicate!r} appears more than once")
     parts = split_disjoint(examples, lambda e: normalize_answer(e.question), sizes, seed, source)
     out = [[to_task(e, corpus) for e in part] for part in parts]
+    _check_disjoint(out)
+    return out[0], out[1], out[2]
+
+
+def _file_name(path: str | Path) -> str:
+    return Path(path).stem.split(".")[0].lower()
+
+
+def load_qa_files(paths: str | Path | list[str | Path], subset: str | None = None) -> list[QAExample]:
+    """One QA jsonl file, or several pooled (e.g. HotpotQA + NQ training); when pooled, each
+    id is prefixed by its file's name ("nq/train_0"), since files often number alike."""
+    if isinstance(paths, (str, Path)):
+        return load_qa_jsonl(paths, subset)
+    return [dataclasses.replace(e, id=f"{_file_name(p)}/{e.id}") for p in paths for e in load_qa_jsonl(p, subset)]
+
+
+def load_test_sets(paths: list[str | Path]) -> dict[str, list[QAExample]]:
+    """Test files, each one sub-dataset named by its file ("bamboogle.jsonl" -> "bamboogle",
+    whatever the rows say), ids prefixed by that name."""
+    sets: dict[str, list[QAExample]] = {}
+    for path in paths:
+        name = _file_name(path)
+        if name in sets:
+            raise ValueError(f"two test files are named {name!r} ({path}): a test file's name is its sub-dataset")
+        sets[name] = [dataclasses.replace(e, id=f"{name}/{e.id}") for e in load_qa_jsonl(path, subset=name)]
+    return sets
+
+
+def file_splits_with_test_sets(pool: list[QAExample], test_sets: dict[str, list[QAExample]],
+                               sizes: tuple[int, int, int], seed: int, source: str,
+                               corpus: str) -> tuple[list[Task], list[Task], list[Task]]:
+    """Training and search from `pool`; the test split from the named test sets, up to
+    n_test questions from each (a smaller set is used whole), so every set is reported as
+    its own sub-dataset. Pool questions that also occur in a test set are dropped first."""
+    n_train, n_search, n_test = sizes
+    key = lambda e: normalize_answer(e.question)
+    test: list[QAExample] = []
+    for name, examples in test_sets.items():
+        available = len({key(e) for e in examples})
+        test += split_disjoint(examples, key, (0, 0, min(n_test, available)), seed, f"test set {name}")[2]
+    held_out = {key(e) for e in test}
+    ids = [e.id for e in pool]
+    if len(set(ids)) != len(ids):
+        duplicate = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"{source}: question id {duplicate!r} appears more than once")
+    train, search, _ = split_disjoint([e for e in pool if key(e) not in held_out], key, (n_train, n_search, 0),
+                                      seed, source)
+    out = [[to_task(e, corpus) for e in part] for part in (train, search, test)]
     _check_disjoint(out)
     return out[0], out[1], out[2]
 
