@@ -43,6 +43,9 @@ class RunConfig:
     preset: str = "cpu"
     model: str = "smollm2-135m"
     sampler: str = "hf"  # hf | vllm | auto
+    # VLLMSampler options (vllm / auto samplers): gpu_memory_fraction (vLLM's share of a GPU it
+    # shares with the trainer), max_model_len, kv_cache_gib (CPU), dtype, enforce_eager, ...
+    vllm_options: dict[str, Any] = field(default_factory=dict)
     budget: int = 1024  # total rollouts for training + search (test evaluation is free)
     n_train: int = 32  # weight-training problems
     n_search: int = 16  # harness-search problems
@@ -180,8 +183,8 @@ class _Driver:
         if policy is None:
             from whalekit.models import load_policy
 
-            policy = load_policy(config.model, sampler=config.sampler) if config.sampler != "hf" \
-                else load_policy(config.model)
+            policy = load_policy(config.model, sampler=config.sampler, vllm_options=config.vllm_options) \
+                if config.sampler != "hf" else load_policy(config.model)
         self.policy = policy
         self.sampler = policy.sampler
         self.budget = RolloutBudget(config.budget)
