@@ -5,6 +5,17 @@ Why: the default world size and question mix must leave h0 above zero and far be
 the ceiling, with a better harness measurably ahead. Run it under the CPU lock:
 
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/calibrate_searchqa.py --n-test 64 --samples 8
+
+Measured 2026-12-01 (2-core CPU, vLLM CPU sampler, temperature 1, default world and mix):
+    /work/vvenv/bin/python bench/calibrate_searchqa.py --n-test 64 --samples 8 --harness h0 h1 --sampler vllm
+  h0: mean@8 0.000 (185 s wall). format_valid 0.057, answered 0.074, searches 0.084,
+      retrieval_hit 0.002, correct_given_hit 0.000 (1 hit), format errors 2.71 a trajectory;
+      every family 0.000. The untrained model rarely uses the tags and never answers right:
+      the preset is NOT yet calibrated (the issue wants h0 above 0).
+  h1: mean@8 0.084 (50 s wall). format_valid 0.998, searches 1.000 (forced), retrieval_hit
+      0.766, correct_given_hit 0.110; founded_year 0.341, born_first 0.068, occupation 0.062,
+      founder_birthplace 0.021, birthplace/birth_country/org_country 0.000.
+--show N prints N whole trajectories per harness.
 """
 
 from __future__ import annotations

@@ -14,10 +14,12 @@ class SearchH0(Harness):
     def system_prompt(self, task):
         return ("You answer questions using a search engine. To search, write <search>your query</search> and "
                 "stop; the results will be shown to you. When you know the answer, write "
-                "<answer>the answer</answer>.")
+                "<answer>the answer</answer>.\n\nFor example, write <search>Eiffel Tower</search> to search for the "
+                "Eiffel Tower, or <answer>Paris</answer> to answer Paris.")
 
     def first_user_message(self, task, initial_results):
-        return "Question: " + task.inputs["question"]
+        return ("Question: " + task.inputs["question"] + "\n\nSearch with <search>query</search> or answer with "
+                "<answer>answer</answer>.")
 
     def generation_settings(self, state):
         return GenerationSettings(max_new_tokens=64, stop=["</search>", "</answer>"])
