@@ -82,10 +82,11 @@ def expected_outputs(notebook: str, figures: Path, domains: list[str], grid_doma
 
 def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Path = "figures",
          domains: list[str] | None = None, methods: list[str] | None = None,
-         seeds: list[int] | tuple[int, ...] = (0,), quickstart_domain: str = "toy") -> list[Job]:
+         seeds: list[int] | tuple[int, ...] = (0,), quickstart_domain: str = "toy", grid: bool = True) -> list[Job]:
     """The whole sequence for a preset: the quickstart, every run (main comparison: each
     method at the preset's schedule on each domain; schedule grid: WHALE at each of the
-    preset's grid schedules on the grid domain), then the analysis notebooks.
+    preset's grid schedules on the grid domain; grid=False leaves the grid and its notebook
+    out), then the analysis notebooks.
     `domains` defaults to the preset's domains except the toy one (which exists for
     mechanics), unless toy is all there is."""
     from whalekit.presets import load_preset
@@ -106,11 +107,11 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     jobs = [Job(QUICKSTART, {**common, "domain": quickstart_domain}, notebooks_out / f"{QUICKSTART}.ipynb",
                 expected_outputs(QUICKSTART, figures, domains))]
     runs: list[tuple[str, str, str | None, int]] = [(d, m, None, s) for d in domains for m in methods for s in seeds]
-    grid = data.get("grid") or {}
-    grid_domain = grid.get("domain") if "whale" in methods else None
+    grid_spec = (data.get("grid") or {}) if grid else {}
+    grid_domain = grid_spec.get("domain") if "whale" in methods else None
     if grid_domain:
         runs += [(grid_domain, "whale", "{:g},{}".format(*parse_schedule(sch)), s)
-                 for sch in grid.get("schedules", []) for s in seeds]
+                 for sch in grid_spec.get("schedules", []) for s in seeds]
         if grid_domain not in domains:  # the grid compares against stagewise on its domain
             runs += [(grid_domain, "stagewise", None, s) for s in seeds if "stagewise" in methods]
     seen: set[Path] = set()
@@ -126,6 +127,8 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
                         notebooks_out / f"{DOMAIN_RUN}-{domain}-{config.run_name}.ipynb",
                         [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.pdf"], config.run_dir))
     for notebook in ANALYSIS:
+        if notebook == "05_schedule_grid" and not grid:
+            continue
         parameters = {**common, "domains": domains} if notebook in WITH_DOMAINS else dict(common)
         jobs.append(Job(notebook, parameters, notebooks_out / f"{notebook}.ipynb",
                         expected_outputs(notebook, figures, domains, grid_domain, "adaptive" in methods)))
@@ -194,10 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--domains", nargs="*", help="default: the preset's domains except toy")
     parser.add_argument("--methods", nargs="*", help=f"default: all ({', '.join(METHODS)})")
     parser.add_argument("--seeds", nargs="*", type=int, default=[0])
+    parser.add_argument("--no-grid", action="store_true", help="leave out the schedule grid's runs and notebook")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel that executes the notebooks")
     parser.add_argument("--dry-run", action="store_true", help="list the notebook executions and stop")
     args = parser.parse_args(argv)
-    jobs = plan(args.preset, args.runs_root, args.figures, args.domains, args.methods, args.seeds)
+    jobs = plan(args.preset, args.runs_root, args.figures, args.domains, args.methods, args.seeds,
+                grid=not args.no_grid)
     if args.dry_run:
         for job in jobs:
             print(job.label, json.dumps(job.parameters))
