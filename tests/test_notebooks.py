@@ -56,11 +56,11 @@ def test_plan_runs_each_domain_method_once_then_the_analysis(tmp_path):
     assert all(j.output.parent == (tmp_path / "runs" / "smoke" / "notebooks").resolve() for j in jobs)
 
 
-def test_plan_without_the_grid_leaves_out_its_runs_and_its_notebook(tmp_path):
+def test_plan_without_the_grid_or_adaptive_leaves_out_their_runs_and_notebooks(tmp_path):
     jobs = reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"],
                           methods=["whale", "weight_only"], grid=False)
-    assert [j.label.split()[0] for j in jobs] == [QUICKSTART, DOMAIN_RUN, DOMAIN_RUN,
-                                                  *[n for n in ANALYSIS if n != "05_schedule_grid"]]
+    analysis = [n for n in ANALYSIS if n not in ("05_schedule_grid", "06_adaptive")]
+    assert [j.label.split()[0] for j in jobs] == [QUICKSTART, DOMAIN_RUN, DOMAIN_RUN, *analysis]
     assert {j.run_dir.name for j in jobs if j.run_dir} == {"whale-0.5,1-s0", "weight_only-s0"}
 
 

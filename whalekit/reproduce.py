@@ -86,7 +86,7 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     """The whole sequence for a preset: the quickstart, every run (main comparison: each
     method at the preset's schedule on each domain; schedule grid: WHALE at each of the
     preset's grid schedules on the grid domain; grid=False leaves the grid and its notebook
-    out), then the analysis notebooks.
+    out), then the analysis notebooks (the adaptive one only when the adaptive method runs).
     `domains` defaults to the preset's domains except the toy one (which exists for
     mechanics), unless toy is all there is."""
     from whalekit.presets import load_preset
@@ -127,8 +127,8 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
                         notebooks_out / f"{DOMAIN_RUN}-{domain}-{config.run_name}.ipynb",
                         [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.pdf"], config.run_dir))
     for notebook in ANALYSIS:
-        if notebook == "05_schedule_grid" and not grid:
-            continue
+        if (notebook == "05_schedule_grid" and not grid) or (notebook == "06_adaptive" and "adaptive" not in methods):
+            continue  # nothing for it to plot
         parameters = {**common, "domains": domains} if notebook in WITH_DOMAINS else dict(common)
         jobs.append(Job(notebook, parameters, notebooks_out / f"{notebook}.ipynb",
                         expected_outputs(notebook, figures, domains, grid_domain, "adaptive" in methods)))
