@@ -34,6 +34,11 @@ UNSLOTH_HINT = "pip install 'whalekit[gpu]' (CUDA Linux machines)"
 log = logging.getLogger(__name__)
 
 
+def _check_choice(field: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{field} {value!r}: use one of {', '.join(choices)}")
+
+
 @dataclass
 class RSFTConfig:
     batch_problems: int = 8  # training problems per sampled batch
@@ -64,10 +69,8 @@ class RSFTConfig:
             raise ValueError("RSFTConfig sizes must be positive")
         if self.learning_rate <= 0 or self.reward_window <= 0:
             raise ValueError("learning_rate and reward_window must be positive")
-        if self.train_dtype not in TRAIN_DTYPES:
-            raise ValueError(f"train_dtype {self.train_dtype!r}: use one of {', '.join(TRAIN_DTYPES)}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
+        _check_choice("train_dtype", self.train_dtype, TRAIN_DTYPES)
+        _check_choice("backend", self.backend, BACKENDS)
         if self.backend == "unsloth" and not self.lora:
             raise ValueError("backend='unsloth' accelerates LoRA here; set lora=true or backend='peft'")
 
@@ -168,8 +171,7 @@ def resolve_train_dtype(name: str, device_type: str, bf16_ok: bool = True) -> st
     """The trainer's weight dtype: "auto" is bfloat16 on a CUDA device that supports it
     (full fine-tuning of 2B/4B models beside vLLM), float32 elsewhere (CPU: exact, and
     bf16 matmuls are slow without AMX)."""
-    if name not in TRAIN_DTYPES:
-        raise ValueError(f"train_dtype {name!r}: use one of {', '.join(TRAIN_DTYPES)}")
+    _check_choice("train_dtype", name, TRAIN_DTYPES)
     if name != "auto":
         return name
     return "bfloat16" if device_type == "cuda" and bf16_ok else "float32"
@@ -179,8 +181,7 @@ def resolve_backend(requested: str, lora: bool, cuda: bool) -> str:
     """"peft" or "unsloth". unsloth is imported lazily and only where it can run (CUDA);
     "auto" falls back to peft with one logged warning, an explicit "unsloth" that cannot
     run is an ImportError saying how to install it."""
-    if requested not in BACKENDS:
-        raise ValueError(f"backend {requested!r}: use one of {', '.join(BACKENDS)}")
+    _check_choice("backend", requested, BACKENDS)
     if requested == "peft" or not lora:  # unsloth accelerates the LoRA path only
         return "peft"
     import importlib

@@ -83,10 +83,7 @@ def generated_splits(world: World, sizes: tuple[int, int, int], mix: dict[str, f
 def file_splits(examples: list[QAExample], sizes: tuple[int, int, int], seed: int, source: str,
                 corpus: str) -> tuple[list[Task], list[Task], list[Task]]:
     """Deduplicate by normalised question and cut three disjoint slices."""
-    ids = [e.id for e in examples]
-    if len(set(ids)) != len(ids):
-        duplicate = next(i for i in ids if ids.count(i) > 1)
-        raise ValueError(f"{source}: question id {duplicate!r} appears more than once")
+    _check_unique_ids(examples, source)
     parts = split_disjoint(examples, lambda e: normalize_answer(e.question), sizes, seed, source)
     out = [[to_task(e, corpus) for e in part] for part in parts]
     _check_disjoint(out)
@@ -97,12 +94,16 @@ def _file_name(path: str | Path) -> str:
     return Path(path).stem.split(".")[0].lower()
 
 
+def _prefixed(examples: list[QAExample], name: str) -> list[QAExample]:
+    return [dataclasses.replace(e, id=f"{name}/{e.id}") for e in examples]
+
+
 def load_qa_files(paths: str | Path | list[str | Path], subset: str | None = None) -> list[QAExample]:
     """One QA jsonl file, or several pooled (e.g. HotpotQA + NQ training); when pooled, each
     id is prefixed by its file's name ("nq/train_0"), since files often number alike."""
     if isinstance(paths, (str, Path)):
         return load_qa_jsonl(paths, subset)
-    return [dataclasses.replace(e, id=f"{_file_name(p)}/{e.id}") for p in paths for e in load_qa_jsonl(p, subset)]
+    return [e for p in paths for e in _prefixed(load_qa_jsonl(p, subset), _file_name(p))]
 
 
 def load_test_sets(paths: list[str | Path]) -> dict[str, list[QAExample]]:
@@ -113,7 +114,7 @@ def load_test_sets(paths: list[str | Path]) -> dict[str, list[QAExample]]:
         name = _file_name(path)
         if name in sets:
             raise ValueError(f"two test files are named {name!r} ({path}): a test file's name is its sub-dataset")
-        sets[name] = [dataclasses.replace(e, id=f"{name}/{e.id}") for e in load_qa_jsonl(path, subset=name)]
+        sets[name] = _prefixed(load_qa_jsonl(path, subset=name), name)
     return sets
 
 
@@ -130,15 +131,19 @@ def file_splits_with_test_sets(pool: list[QAExample], test_sets: dict[str, list[
         available = len({key(e) for e in examples})
         test += split_disjoint(examples, key, (0, 0, min(n_test, available)), seed, f"test set {name}")[2]
     held_out = {key(e) for e in test}
-    ids = [e.id for e in pool]
-    if len(set(ids)) != len(ids):
-        duplicate = next(i for i in ids if ids.count(i) > 1)
-        raise ValueError(f"{source}: question id {duplicate!r} appears more than once")
+    _check_unique_ids(pool, source)
     train, search, _ = split_disjoint([e for e in pool if key(e) not in held_out], key, (n_train, n_search, 0),
                                       seed, source)
     out = [[to_task(e, corpus) for e in part] for part in (train, search, test)]
     _check_disjoint(out)
     return out[0], out[1], out[2]
+
+
+def _check_unique_ids(examples: list[QAExample], source: str) -> None:
+    ids = [e.id for e in examples]
+    if len(set(ids)) != len(ids):
+        duplicate = next(i for i in ids if ids.count(i) > 1)
+        raise ValueError(f"{source}: question id {duplicate!r} appears more than once")
 
 
 def _check_disjoint(parts: list[list[Task]]) -> None:
