@@ -145,6 +145,35 @@ def test_a_stage_killed_mid_evaluation_resumes_without_losing_or_redoing_work(tm
     assert reopened.stage_progress("step0-w0")["iterations_done"] == 2
 
 
+class _KilledBeforeMarkingDone(Archive):
+    """Dies after an iteration's evaluations were recorded, before the iteration is marked done."""
+
+    def set_stage_progress(self, key: str, progress: dict[str, Any]) -> None:
+        if progress.get("iterations_done") == 1:
+            raise KeyboardInterrupt
+        super().set_stage_progress(key, progress)
+
+
+def test_a_stage_killed_after_evaluating_but_before_marking_the_iteration_done_proposes_nothing_new(
+        tmp_path: Path, tiny_policy: Any) -> None:
+    config = SearchConfig(iterations=1, candidates_per_iteration=1, **FAST)
+    candidate = H0 + "\n# candidate of iteration 0\n"
+    archive = _KilledBeforeMarkingDone.open(tmp_path / "archive", "toy")
+    archive.ensure_seed(H0)
+    with pytest.raises(KeyboardInterrupt):
+        run_search_stage(DOMAIN, archive, ScriptedProposer([[candidate]]), tiny_policy.sampler, SPLITS.search,
+                         RolloutBudget(100), config, 0, 0)
+    reopened = Archive.open(tmp_path / "archive", "toy")
+    evaluated = [e.id for e in reopened.entries() if 0 in e.scores]
+    assert len(evaluated) == 2  # h0 and the candidate, both recorded before the kill
+    second_proposal = H0 + "\n# a different candidate that must never be proposed\n"
+    proposer = ScriptedProposer([[second_proposal]])
+    run_search_stage(DOMAIN, reopened, proposer, tiny_policy.sampler, SPLITS.search, RolloutBudget(100), config, 0, 0)
+    assert proposer.batches == [[second_proposal]]  # not asked again: the iteration had finished its work
+    assert [e.id for e in reopened.entries() if 0 in e.scores] == evaluated
+    assert reopened.stage_progress("step0-w0")["iterations_done"] == 1
+
+
 def test_the_stage_stops_cleanly_when_the_budget_cannot_cover_a_candidate(tmp_path: Path, tiny_policy: Any) -> None:
     archive, events = _archive(tmp_path), []
     budget = RolloutBudget(len(SPLITS.search) * 2)  # h0 and one candidate

@@ -131,8 +131,11 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: S
         for iteration in range(progress["iterations_done"], config.iterations):
             started = time.perf_counter()
             pending = archive.unevaluated(weights_version)  # proposals stored before a kill
+            # A kill after this iteration's evaluations were recorded but before it was
+            # marked done: proposing again would spend rollouts an uninterrupted run never did.
+            evaluated_before_kill = progress.get("evaluating") == iteration
             proposed = invalid = 0
-            if not pending:
+            if not pending and not evaluated_before_kill:
                 if not budget.can_afford(n_tasks):
                     raise _OutOfBudget()
                 for candidate in proposer.propose(archive, config.candidates_per_iteration, budget):
@@ -149,6 +152,8 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: S
                     invalid += 1
                 else:
                     valid.append(cid)
+            progress["evaluating"] = iteration
+            archive.set_stage_progress(key, progress)
             evaluate(valid, iteration + 1)
             progress["iterations_done"] = iteration + 1
             archive.set_stage_progress(key, progress)

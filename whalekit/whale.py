@@ -236,14 +236,16 @@ class _Driver:
     def archive_rollouts(self) -> int:
         return sum(int(score["n"]) for e in self.archive.entries() for score in e.scores.values())
 
-    def restore_budget(self, state: dict[str, Any]) -> None:
-        """Rollouts spent at the last commit: what the committed trainer checkpoint sampled
-        plus the search rollouts committed with the state. (The archive may hold the
-        evaluations of a step that was killed before its commit; that step is redone and
-        charged again, exactly as in an uninterrupted run.)"""
+    def restore_budget(self) -> None:
+        """Rollouts spent so far: what the loaded trainer checkpoint sampled plus every
+        search evaluation in the archive. The archive is the durable record of search: a
+        harness step killed after some evaluations resumes with them (the search stage
+        does not redo them), so they stay charged exactly as in an uninterrupted run. A
+        weight step killed before its commit is redone from the last checkpoint."""
         spent_rsft = self.trainer.state.sampled if self.trainer else 0
-        self.budget.spent = spent_rsft + state["search_rollouts"]
-        self.budget.by_phase = {"rsft": spent_rsft, "search": state["search_rollouts"]}
+        spent_search = self.archive_rollouts()
+        self.budget.spent = spent_rsft + spent_search
+        self.budget.by_phase = {"rsft": spent_rsft, "search": spent_search}
 
     def commit(self, state: dict[str, Any]) -> None:
         self.run.commit(state)
@@ -288,7 +290,7 @@ class _Driver:
 
         if self.budget.remaining < len(self.splits.search):
             return False
-        before = self.budget.spent
+        before = state["search_rollouts"]  # as committed before this step began
         one = dataclasses.replace(self.config.search, iterations=1)
         # A proposer per iteration, seeded by the step: a resumed run proposes what an
         # uninterrupted one would have.
@@ -299,8 +301,8 @@ class _Driver:
         # The archive is the durable record of what search sampled, including evaluations a
         # killed attempt at this very step had already written.
         state["search_rollouts"] = self.archive_rollouts()
-        self.restore_budget(state)
-        if self.budget.spent == before:
+        self.restore_budget()
+        if state["search_rollouts"] == before:
             return False
         state["accepted_id"] = accepted
         board = self.archive.leaderboard(self.sampler.version)
@@ -330,7 +332,7 @@ class _Driver:
             self.run.roll_back_uncommitted_events()
             if self.trainer is not None and state["checkpoint"]:
                 self.trainer.load_checkpoint(Path(state["checkpoint"]))
-            self.restore_budget(state)
+            self.restore_budget()
         else:
             state = self.fresh_state()
             self.run.events_path.unlink(missing_ok=True)  # a start killed before its first commit
