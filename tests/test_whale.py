@@ -52,6 +52,12 @@ def test_a_finished_run_is_reused_not_recomputed(tmp_path, monkeypatch):
     assert run_method(config).done
 
 
+def test_a_finished_run_is_not_passed_off_as_the_result_of_a_changed_configuration(tmp_path):
+    run_method(_config(tmp_path, "weight_only", budget=32), policy=load_policy("tiny-random"))
+    with pytest.raises(whale.StaleRunError, match=r"budget: 32 -> 48"):
+        run_method(_config(tmp_path, "weight_only", budget=48))
+
+
 def test_test_tasks_never_reach_training_search_or_the_proposer(tmp_path, monkeypatch):
     import whalekit.rsft as rsft
     import whalekit.search as search

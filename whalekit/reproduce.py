@@ -91,7 +91,7 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     mechanics), unless toy is all there is."""
     from whalekit.presets import load_preset
     from whalekit.schedules import parse_schedule
-    from whalekit.whale import resolve_config
+    from whalekit.whale import check_not_stale, resolve_config
 
     data = load_preset(preset)
     preset_name = Path(preset).stem
@@ -121,6 +121,7 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
         if config.run_dir in seen:
             continue  # e.g. the grid's (0.6, 6) is the main comparison's WHALE run
         seen.add(config.run_dir)
+        check_not_stale(config)  # before hours of work, not after
         stem = run_figure_stem(figures, domain, config.run_name)
         jobs.append(Job(DOMAIN_RUN, {**common, "domain": domain, "method": method, "schedule": schedule,
                                      "seed": seed},

@@ -13,6 +13,7 @@ proposer, trainer or schedule reads (enforced by construction: those components 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -379,8 +380,33 @@ class _Driver:
         return self.run
 
 
+class StaleRunError(ValueError):
+    """A run directory holds a run made with another configuration."""
+
+
+def config_changes(config: RunConfig) -> list[str]:
+    """How `config` differs from the configuration recorded in its run directory (empty
+    when they agree or nothing is recorded yet). A finished run is only reused for the
+    configuration that made it: a changed preset must not pass off old numbers as new."""
+    run = RunDir(config.run_dir)
+    if not run.config_path.exists():
+        return []
+    recorded = run.config()
+    current = json.loads(json.dumps(config.to_json(), sort_keys=True, default=str))
+    return [f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}" for key in sorted(set(recorded) | set(current))
+            if key != "runs_root" and recorded.get(key) != current.get(key)]
+
+
+def check_not_stale(config: RunConfig) -> None:
+    changes = config_changes(config)
+    if changes:
+        raise StaleRunError(f"{config.run_dir}: made with a different configuration ({'; '.join(changes)}); "
+                            f"delete the folder to recompute it, or set another runs_root")
+
+
 def run_method(config: RunConfig, policy: Any = None) -> RunDir:
     """Run (or resume, or reuse when finished) one (domain, method, schedule, seed) run."""
+    check_not_stale(config)
     run = RunDir(config.run_dir)
     if run.done:
         return run
