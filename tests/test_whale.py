@@ -56,6 +56,17 @@ def test_a_finished_run_is_not_passed_off_as_the_result_of_a_changed_configurati
     run_method(_config(tmp_path, "weight_only", budget=32), policy=load_policy("tiny-random"))
     with pytest.raises(whale.StaleRunError, match=r"budget: 32 -> 48"):
         run_method(_config(tmp_path, "weight_only", budget=48))
+    with pytest.raises(whale.StaleRunError, match=r"rsft\.lora_r: 16 -> 4"):
+        run_method(_config(tmp_path, "weight_only", budget=32, rsft={"lora_r": 4}))
+
+
+def test_a_run_recorded_before_a_config_field_existed_is_reused_when_the_field_is_at_its_default(tmp_path):
+    config = _config(tmp_path, "weight_only", budget=32)
+    run = run_method(config, policy=load_policy("tiny-random"))
+    recorded = run.config()
+    del recorded["vllm_options"], recorded["rsft"]["train_dtype"]  # as written by an older whalekit
+    run.write_config(recorded)
+    assert whale.config_changes(config) == [] and run_method(config).done
 
 
 def test_test_tasks_never_reach_training_search_or_the_proposer(tmp_path, monkeypatch):

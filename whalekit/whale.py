@@ -391,10 +391,36 @@ def config_changes(config: RunConfig) -> list[str]:
     run = RunDir(config.run_dir)
     if not run.config_path.exists():
         return []
-    recorded = run.config()
-    current = json.loads(json.dumps(config.to_json(), sort_keys=True, default=str))
+    # Fields added to whalekit after the run was made count at their defaults.
+    recorded = _flat(_deep_merge(_json(_field_defaults(RunConfig)), run.config()))
+    current = _flat(_json(config.to_json()))
     return [f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}" for key in sorted(set(recorded) | set(current))
             if key != "runs_root" and recorded.get(key) != current.get(key)]
+
+
+def _field_defaults(cls: type) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+            out[f.name] = asdict(value) if dataclasses.is_dataclass(value) else value
+    return out
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def _json(data: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(data, sort_keys=True, default=str))
 
 
 def check_not_stale(config: RunConfig) -> None:
