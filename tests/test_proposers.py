@@ -174,6 +174,26 @@ def test_prompt_only_violation_compares_code_not_formatting(edit: Any, allowed: 
     assert (prompt_only_violation(H0, edit(H0)) is None) == allowed
 
 
+@pytest.mark.parametrize("domain_name", ["chess", "math", "searchqa"])
+def test_the_offline_fst_search_has_prompt_wordings_to_try_in_every_paper_domain(tmp_path: Path,
+                                                                                 domain_name: str) -> None:
+    """Every code mechanism fails the restriction, so without wordings an FST search runs
+    dry and its whole budget falls through to training."""
+    from whalekit.domains.base import get_domain
+    from whalekit.whale import make_proposer
+
+    domain = get_domain(domain_name)
+    archive = Archive.open(tmp_path / "archive", domain.name)
+    archive.ensure_seed(domain.initial_harness_source())
+    proposer = make_proposer("reflective", domain, archive, seed=0, options={}, prompt_only=True)
+    proposed = proposer.propose(archive, 3)
+    assert len(proposed) == 3
+    for candidate in proposed:
+        assert prompt_only_violation(archive.source(candidate.parent_ids[0]), candidate.source) is None
+        assert validate_source(candidate.source) is None
+    assert not [e for e in archive.entries() if e.status == "invalid"]  # nothing proposed only to be rejected
+
+
 def test_ledger_skips_a_torn_last_line_and_names_a_bad_middle_line(tmp_path: Path) -> None:
     ledger = Ledger(tmp_path / "ledger.jsonl")
     ledger.record("anthropic", 0, "response", tokens_in=10, tokens_out=5, cost_usd=0.001)

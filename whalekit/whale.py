@@ -146,12 +146,18 @@ def evaluate_test(domain: Domain, harness: Any, sampler: Any, tasks: list[Task],
                                                             step=index, description=f"test eval {index}"))
 
 
-def make_proposer(name: str, domain: Domain, archive: Any, seed: int, options: dict[str, Any]) -> Any:
-    """reflective (offline default) | anthropic | openai, with options from the preset."""
+def make_proposer(name: str, domain: Domain, archive: Any, seed: int, options: dict[str, Any],
+                  prompt_only: bool = False) -> Any:
+    """reflective (offline default) | anthropic | openai, with options from the preset;
+    `prompt_only` wraps it in the FST restriction."""
+    from whalekit.proposers.prompt_only import PromptOnly, prompt_only_catalogue
+
     if name == "reflective":
         from whalekit.proposers.reflective import ReflectiveProposer
 
-        return ReflectiveProposer(domain.mechanisms(), seed=seed, **options)
+        catalogue = prompt_only_catalogue(domain) if prompt_only else domain.mechanisms()
+        proposer = ReflectiveProposer(catalogue, seed=seed, **options)
+        return PromptOnly(proposer) if prompt_only else proposer
     if name in ("anthropic", "openai"):
         from whalekit.proposers.agent_loop import AgentConfig
         from whalekit.proposers.ledger import Ledger
@@ -163,10 +169,12 @@ def make_proposer(name: str, domain: Domain, archive: Any, seed: int, options: d
             from whalekit.proposers.anthropic_agent import DEFAULT_MODEL, AnthropicProposer
 
             config = AgentConfig(**{"model": DEFAULT_MODEL, **options})
-            return AnthropicProposer(domain, config, ledger=ledger, **connection)
-        from whalekit.proposers.openai_agent import OpenAIProposer
+            agent: Any = AnthropicProposer(domain, config, ledger=ledger, **connection)
+        else:
+            from whalekit.proposers.openai_agent import OpenAIProposer
 
-        return OpenAIProposer(domain, AgentConfig(**options), ledger=ledger, **connection)
+            agent = OpenAIProposer(domain, AgentConfig(**options), ledger=ledger, **connection)
+        return PromptOnly(agent) if prompt_only else agent
     raise ValueError(f"unknown proposer {name!r}: reflective, anthropic or openai")
 
 
@@ -202,13 +210,8 @@ class _Driver:
         self._runtimes: dict[str, Any] = {}
 
     def _make_proposer(self, step: int = 0) -> Any:
-        proposer = make_proposer(self.config.proposer, self.domain, self.archive, self.config.seed * 100_003 + step,
-                                 self.config.proposer_options)
-        if self.config.method == "fst":
-            from whalekit.proposers.prompt_only import PromptOnly
-
-            proposer = PromptOnly(proposer)
-        return proposer
+        return make_proposer(self.config.proposer, self.domain, self.archive, self.config.seed * 100_003 + step,
+                             self.config.proposer_options, prompt_only=self.config.method == "fst")
 
     # -- harness runtimes -----------------------------------------------------------------
     def runtime(self, candidate_id: str) -> Any:

@@ -93,6 +93,14 @@ class Domain(ABC):
 
     def mechanisms(self) -> list[Any]:
         """The domain's catalogue of harness mechanisms (whalekit.mechanisms.Mechanism)."""
+        return self._catalogue("CATALOGUE")
+
+    def prompt_wordings(self) -> list[Any]:
+        """Text-only rewordings of the prompt hooks: what a prompt-only (FST) search can try
+        beyond the catalogue's own text-only mechanisms."""
+        return self._catalogue("PROMPT_WORDINGS")
+
+    def _catalogue(self, name: str) -> list[Any]:
         import importlib
 
         try:
@@ -102,7 +110,7 @@ class Domain(ABC):
             module = importlib.import_module(package + ".mechanisms")
         except ModuleNotFoundError:
             return []
-        return list(getattr(module, "CATALOGUE", []))
+        return list(getattr(module, name, []))
 
     def harness_dir(self) -> Path:
         import inspect

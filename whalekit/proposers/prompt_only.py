@@ -26,6 +26,8 @@ from whalekit.proposers.base import Candidate, Proposer
 if TYPE_CHECKING:
     from whalekit.archive import Archive
     from whalekit.budget import RolloutBudget
+    from whalekit.domains.base import Domain
+    from whalekit.mechanisms import Mechanism
 
 PROMPT_HOOKS = ("system_prompt", "first_user_message")
 
@@ -96,6 +98,24 @@ def prompt_only_violation(parent_source: str, candidate_source: str) -> str | No
         if problem:
             return f"prompt-only: {problem}"
     return None
+
+
+def prompt_only_catalogue(domain: Domain) -> list[Mechanism]:
+    """What the offline reflective proposer may try under the restriction: the catalogue's
+    mechanisms that are text-only edits of h0's prompt hooks, then the domain's prompt
+    wordings. (Code mechanisms would only be archived as invalid: without wordings an FST
+    search has nothing to propose and its budget falls through to training.)"""
+    from whalekit.mechanisms import apply_mechanism
+
+    h0 = domain.initial_harness_source()
+    out = []
+    for mechanism in domain.mechanisms() + domain.prompt_wordings():
+        try:
+            if prompt_only_violation(h0, apply_mechanism(h0, mechanism)) is None:
+                out.append(mechanism)
+        except (ValueError, SyntaxError):
+            continue
+    return out
 
 
 def check_candidate(candidate: Candidate, archive: Archive) -> str | None:

@@ -190,3 +190,42 @@ def few_shot(self, task):
 CATALOGUE: list[Mechanism] = [ascii_board, piece_lists, legal_moves_san, legal_moves_by_kind, mate_instruction,
                               answer_prefill, lenient_parser, retry_illegal, few_shot_examples]
 BY_NAME: dict[str, Mechanism] = {m.name: m for m in CATALOGUE}
+
+
+# Prompt wordings: text-only edits of system_prompt and first_user_message, the search
+# space of the prompt-only (FST) baseline. Every other mechanism above changes code.
+engine_persona = Mechanism(
+    name="engine_persona",
+    hypothesis="Casting the model as an engine that answers with one SAN move, with examples of the notation, "
+               "makes a bare move the expected reply.",
+    targets=("format_invalid",),
+    methods={"system_prompt": '''
+def system_prompt(self, task):
+    return ("You are a chess engine. You reply with exactly one chess move in standard algebraic notation "
+            "(for example Nf3, exd5, O-O or Qh7#) and nothing else.")
+'''},
+)
+
+instruction_first = Mechanism(
+    name="instruction_first",
+    hypothesis="Stating the task and the answer shape before the position keeps the model from describing the FEN.",
+    targets=("format_invalid", "wrong_move"),
+    methods={"first_user_message": '''
+def first_user_message(self, task, initial_results):
+    return ("Find the checkmate. Reply with the move only, in SAN.\\n\\n" + self.position_text(task)
+            + "\\n\\nMove:")
+'''},
+)
+
+uci_wording = Mechanism(
+    name="uci_wording",
+    hypothesis="Asking for the move as from-square and to-square (e2e4) is easier to produce than SAN.",
+    targets=("format_invalid", "illegal_move"),
+    methods={"first_user_message": '''
+def first_user_message(self, task, initial_results):
+    return (self.position_text(task) + "\\n\\nAnswer with one move in UCI notation: the from-square and the "
+            "to-square, for example e2e4 or g1f3. Write nothing else.")
+'''},
+)
+
+PROMPT_WORDINGS: list[Mechanism] = [engine_persona, instruction_first, uci_wording]

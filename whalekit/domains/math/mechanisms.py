@@ -152,3 +152,41 @@ CATALOGUE: list[Mechanism] = [
     LENIENT_CODE_BLOCKS, STRICT_BOXED_ANSWER, ERROR_LAST_LINE, ANSWER_FROM_LAST_OUTPUT, RECENT_CONTEXT,
 ]
 BY_NAME = {m.name: m for m in CATALOGUE}
+
+
+# Prompt wordings: text-only edits of system_prompt and first_user_message, the search
+# space of the prompt-only (FST) baseline. Every other mechanism above changes code.
+PROMPT_WORDINGS: list[Mechanism] = [
+    Mechanism(
+        name="compute_then_box",
+        hypothesis="Spelling out the two steps (one short program that prints the answer, then \\boxed{} with it) "
+                   "keeps replies short enough not to hit the token cap.",
+        targets=("truncated", "unparsable_answer"),
+        methods={"system_prompt": '''
+def system_prompt(self, task):
+    return ("Solve the problem in two steps. First write one short ```python block that computes the answer "
+            "and prints it. After you see the output, reply with only \\\\boxed{answer}.")
+'''},
+    ),
+    Mechanism(
+        name="question_with_reminder",
+        hypothesis="Repeating the answer format right after the question, where a small model looks last, "
+                   "raises the share of boxed answers.",
+        targets=("unparsable_answer", "wrong_answer"),
+        methods={"first_user_message": '''
+def first_user_message(self, task, initial_results):
+    return (task.inputs["question"] + "\\n\\nUse Python if it helps. Give the final answer as "
+            "\\\\boxed{number}.")
+'''},
+    ),
+    Mechanism(
+        name="terse_assistant",
+        hypothesis="A brief, literal system prompt leaves more of the token budget for the computation.",
+        targets=("truncated",),
+        methods={"system_prompt": '''
+def system_prompt(self, task):
+    return ("Answer math questions. You may run Python in a ```python block. Be brief. "
+            "End with \\\\boxed{answer}.")
+'''},
+    ),
+]

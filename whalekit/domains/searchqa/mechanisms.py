@@ -162,3 +162,40 @@ MORE_TURNS = Mechanism(
 CATALOGUE: list[Mechanism] = [FORCED_FIRST_SEARCH, FEWER_DOCUMENTS, TRUNCATE_DOCUMENTS, PHASE_PREFILL, LENIENT_PARSE,
                               FALLBACK_ANSWER, EXAMPLE_FEEDBACK, FEW_SHOT_EXAMPLE, MORE_TURNS]
 BY_NAME: dict[str, Mechanism] = {m.name: m for m in CATALOGUE}
+
+
+# Prompt wordings: text-only edits of system_prompt and first_user_message, the search
+# space of the prompt-only (FST) baseline. Every other mechanism above changes code.
+PROMPT_WORDINGS: list[Mechanism] = [
+    Mechanism(
+        name="search_first_wording",
+        hypothesis="Telling the model it cannot know the answer and must search first turns guesses into searches.",
+        targets=("no_search", "no_answer"),
+        methods={"system_prompt": '''
+def system_prompt(self, task):
+    return ("You do not know the answer to the question: it is only in the documents of a search engine. "
+            "First write <search>keywords from the question</search> and stop. Then read the results and "
+            "write <answer>the answer</answer>, a few words copied from a document.")
+'''},
+    ),
+    Mechanism(
+        name="short_answer_wording",
+        hypothesis="Asking for the shortest answer, copied from a document, raises exact-match given a hit.",
+        targets=("wrong_answer_given_hit",),
+        methods={"first_user_message": '''
+def first_user_message(self, task, initial_results):
+    return ("Question: " + task.inputs["question"] + "\\n\\nSearch with <search>query</search>. Answer with "
+            "<answer>answer</answer>, using the shortest span of a document that answers the question.")
+'''},
+    ),
+    Mechanism(
+        name="entity_query_wording",
+        hypothesis="Suggesting the query be the name the question is about makes BM25 find the right document.",
+        targets=("retrieval_miss", "no_search"),
+        methods={"first_user_message": '''
+def first_user_message(self, task, initial_results):
+    return ("Question: " + task.inputs["question"] + "\\n\\nSearch for the name the question is about, "
+            "like <search>name</search>, then answer with <answer>answer</answer>.")
+'''},
+    ),
+]
