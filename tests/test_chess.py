@@ -280,6 +280,19 @@ def test_h1_lists_legal_moves_and_reads_leniently(domain):
     assert "Qxf7#" in finished.messages[-2].content
 
 
+def test_legal_move_choice_constrains_every_reply_to_a_legal_move(domain, tiny_policy):
+    """Even a random-weight model answers in format and legally once decoding is constrained."""
+    from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+
+    tasks = [p.to_task() for p in generate_puzzles(4, seed=5)]
+    harness = InProcessHarness(apply_mechanism(domain.initial_harness_source(), BY_NAME["legal_move_choice"]))
+    trajectories = rollout(domain, [Episode(t, harness, k) for t in tasks for k in range(2)], tiny_policy.sampler,
+                           RolloutConfig(temperature=1.0, seed=0, progress=False))
+    for trajectory in trajectories:
+        assert trajectory.flags["format_valid"] and trajectory.flags["move_legal"]
+        assert trajectory.turns[0].finish_reason == "eos"
+
+
 def test_behaviour_flags_and_failure_modes(domain):
     task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
     cases = {"Qxf7#": None, "Qf6": "wrong_move", "Qh8": "illegal_move", "hello": "format_invalid", None: "no_answer"}

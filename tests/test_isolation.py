@@ -68,6 +68,20 @@ def test_isolated_episode_gives_the_same_requests_as_in_process() -> None:
         assert runtime.protections["dropped_root"] or os.geteuid() != 0
 
 
+def test_an_isolated_harness_passes_answer_choices_and_a_malformed_choice_list_is_refused() -> None:
+    from whalekit.isolation import decode_request
+
+    chooser = H0.replace("return GenerationSettings(", "return GenerationSettings(choices=['3', '4'], ")
+    assert chooser != H0
+    with IsolatedHarness(chooser, FAST) as runtime:
+        request = runtime.new_episode(TASK).begin()
+        assert isinstance(request, GenerateRequest) and request.settings.choices == ["3", "4"]
+    settings = {"max_new_tokens": 4, "stop": [], "prefill": ""}
+    for bad in ([], [""], "34", [3]):
+        with pytest.raises(TypeError, match="bad generation settings"):
+            decode_request({"type": "generate", "messages": [], "settings": {**settings, "choices": bad}})
+
+
 # Run without validation: the worker itself must hold even when the static checks are bypassed.
 @pytest.mark.parametrize(("body", "expected", "worker_dies"), [
     ("while True:\n    pass", "hook_timeout", False),

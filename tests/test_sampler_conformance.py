@@ -116,6 +116,36 @@ def test_stop_string_ends_a_turn_at_the_token_that_completes_it(sampler):
     assert stop not in tokenizer.decode(stopped.token_ids[:-1], skip_special_tokens=True)
 
 
+# -- constrained answers ---------------------------------------------------------------
+CHOICES = ["Nf3", "e4", "Qh7#", "O-O", "exd5"]
+
+
+def test_choices_make_the_reply_exactly_one_of_them_then_end_the_turn(sampler):
+    prompts = _prompts(sampler.tokenizer, 2)
+    requests = [GenerationRequest(prompts[i % 2], 12, seed=i, choices=CHOICES) for i in range(12)]
+    for params in (GREEDY, SamplingParams(temperature=1.0)):
+        for completion in sampler.generate(requests, params):
+            assert completion.text in CHOICES
+            assert completion.finish_reason == "eos"
+            assert completion.text == sampler.tokenizer.decode(completion.token_ids, skip_special_tokens=True)
+
+
+def test_a_constrained_row_leaves_the_other_rows_of_its_batch_alone(sampler):
+    prompts = _prompts(sampler.tokenizer, 2)
+    free = GenerationRequest(prompts[0], 10)
+    [alone] = sampler.generate([free], GREEDY)
+    mixed = sampler.generate([GenerationRequest(prompts[1], 10, choices=CHOICES), free], GREEDY)
+    assert mixed[0].text in CHOICES
+    assert mixed[1].token_ids == alone.token_ids
+
+
+def test_choices_must_be_non_empty_strings():
+    with pytest.raises(ValueError, match="choices"):
+        GenerationRequest([1, 2], 4, choices=[])
+    with pytest.raises(ValueError, match="choices"):
+        GenerationRequest([1, 2], 4, choices=["a", ""])
+
+
 # -- batching --------------------------------------------------------------------------
 def test_batched_greedy_equals_one_at_a_time_and_keeps_request_order(sampler):
     prompts = _prompts(sampler.tokenizer, 4)

@@ -143,7 +143,9 @@ def rollout(domain: Domain, episodes: list[Episode], sampler: Sampler, config: R
                                                   f"> {config.max_context_tokens}")
                     continue
                 turn_seed = _derive_seed(item.trajectory.seed, len(item.trajectory.turns))
-                requests.append(GenerationRequest(prompt, limit, list(item.request.settings.stop), turn_seed))
+                choices = item.request.settings.choices
+                requests.append(GenerationRequest(prompt, limit, list(item.request.settings.stop), turn_seed,
+                                                  list(choices) if choices else None))
                 owners.append(item)
             if not requests:
                 continue

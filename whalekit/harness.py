@@ -74,6 +74,11 @@ class GenerationSettings:
     max_new_tokens: int = 256
     stop: list[str] = field(default_factory=list)
     prefill: str = ""  # starts the assistant reply; the model continues from here
+    # A constrained answer format: the reply (after the prefill) is exactly one of these
+    # strings, then end of turn. For a small model that rarely writes a well-formed answer
+    # on its own (a legal chess move, a multiple-choice letter) the harness can make the
+    # format certain and leave only the choice to the model.
+    choices: list[str] | None = None
 
 
 @dataclass

@@ -144,11 +144,15 @@ def decode_request(data: dict[str, Any]) -> Request:
     kind = data.get("type")
     if kind == "generate":
         s = data["settings"]
+        choices = s.get("choices")
         if not isinstance(s.get("max_new_tokens"), int) or s["max_new_tokens"] <= 0 \
-                or not all(isinstance(x, str) for x in s.get("stop", [])) or not isinstance(s.get("prefill"), str):
+                or not all(isinstance(x, str) for x in s.get("stop", [])) or not isinstance(s.get("prefill"), str) \
+                or not (choices is None or (isinstance(choices, list) and choices
+                                            and all(isinstance(c, str) and c for c in choices))):
             raise TypeError(f"bad generation settings from harness: {s!r}")
         return GenerateRequest([_message(m) for m in data["messages"]],
-                               GenerationSettings(s["max_new_tokens"], list(s["stop"]), s["prefill"]))
+                               GenerationSettings(s["max_new_tokens"], list(s["stop"]), s["prefill"],
+                                                  None if choices is None else list(choices)))
     if kind == "tools":
         calls = [ToolCall(str(c["name"]), c["arguments"]) for c in data["calls"]]
         return ToolRequest(calls)

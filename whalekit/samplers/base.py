@@ -29,6 +29,11 @@ class GenerationRequest:
     max_new_tokens: int
     stop: list[str] = field(default_factory=list)
     seed: int | None = None  # per-episode seed: same seed, same prompt -> same sample, whatever the batch
+    choices: list[str] | None = None  # the completion is exactly one of these, then EOS
+
+    def __post_init__(self) -> None:
+        if self.choices is not None and (not self.choices or not all(isinstance(c, str) and c for c in self.choices)):
+            raise ValueError("choices must be a non-empty list of non-empty strings")
 
 
 @dataclass
@@ -69,3 +74,29 @@ def cut_completion(token_ids: list[int], request: GenerationRequest, eos_ids: se
                 ids, reason = ids[: i + 1], "stop"
                 break
     return Completion(ids, tokenizer.decode(ids, skip_special_tokens=True), reason)
+
+
+class ChoiceTrie:
+    """The token-id paths of a request's choices, each ending in EOS: which ids may come
+    next after a given generated prefix. Choices are tokenised as the model would write
+    them on their own (no special tokens)."""
+
+    END = -1
+
+    def __init__(self, choices: list[str], tokenizer: Any, eos_id: int):
+        self.eos_id = eos_id
+        self.root: dict[int, Any] = {}
+        for choice in choices:
+            node = self.root
+            for tok in tokenizer.encode(choice, add_special_tokens=False):
+                node = node.setdefault(tok, {})
+            node[self.END] = {}
+
+    def allowed(self, generated: list[int]) -> list[int] | None:
+        """Ids allowed next, or None once the prefix has left the trie (the row is done)."""
+        node = self.root
+        for tok in generated:
+            if tok not in node:
+                return None
+            node = node[tok]
+        return [self.eos_id if tok == self.END else tok for tok in node]

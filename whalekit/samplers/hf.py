@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams, cut_completion
+from whalekit.samplers.base import ChoiceTrie, Completion, GenerationRequest, Sampler, SamplingParams, cut_completion
 
 
 class HFSampler(Sampler):
@@ -68,6 +68,10 @@ class HFSampler(Sampler):
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
+        if any(r.choices for r in requests):
+            constraint = ChoiceConstraint([ChoiceTrie(r.choices, self.tokenizer, min(self.eos_ids))
+                                           if r.choices else None for r in requests], width)
+            kwargs["logits_processor"] = [constraint] + list(kwargs.get("logits_processor", []))
         stop = tuple(requests[0].stop)
         if stop:
             kwargs.update(stopping_criteria=self._stop_criteria(stop))
@@ -97,6 +101,28 @@ class HFSampler(Sampler):
                 if name in own:
                     own[name].copy_(tensor.to(own[name].dtype))
         self.version += 1
+
+
+class ChoiceConstraint:
+    """A logits processor that leaves each constrained row only the ids that keep its
+    reply on a path to one of its choices (then EOS); unconstrained rows pass through."""
+
+    def __init__(self, tries: list[ChoiceTrie | None], prompt_width: int):
+        self.tries, self.prompt_width = tries, prompt_width
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for row, trie in enumerate(self.tries):
+            if trie is None:
+                continue
+            allowed = trie.allowed(input_ids[row, self.prompt_width:].tolist())
+            if allowed is None:
+                continue  # finished: generate pads this row
+            mask = torch.full_like(scores[row], float("-inf"))
+            mask[allowed] = 0.0
+            scores[row] = scores[row] + mask
+        return scores
 
 
 class PerRowSeededSampling:

@@ -118,6 +118,10 @@ class VLLMSampler(Sampler):
         )
         if self.on_gpu and not greedy:
             kwargs["seed"] = (params.seed * 1_000_003 + row) % (2**31 - 1)
+        if request.choices:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            kwargs["structured_outputs"] = StructuredOutputsParams(choice=list(request.choices))
         return self._vllm.SamplingParams(**kwargs)
 
     def _completion(self, output: Any) -> Completion:

@@ -128,6 +128,21 @@ def extract_move(self, reply, state):
 '''},
 )
 
+legal_move_choice = Mechanism(
+    name="legal_move_choice",
+    hypothesis="Constraining the reply to exactly one legal SAN move (constrained decoding) leaves the model only "
+               "the choice: no format failures, no illegal moves.",
+    targets=("format_invalid", "illegal_move"),
+    imports=("import chess",),
+    methods={"generation_settings": '''
+def generation_settings(self, state):
+    board = chess.Board(state.task.inputs["fen"])
+    moves = sorted(board.san(m) for m in board.legal_moves)
+    return GenerationSettings(max_new_tokens=max(self.max_new_tokens, 16), stop=list(self.stop),
+                              prefill=self.prefill, choices=moves)
+'''},
+)
+
 retry_illegal = Mechanism(
     name="retry_illegal",
     hypothesis="Telling the model its move was illegal or unreadable, and letting it try twice more, "
@@ -188,7 +203,7 @@ def few_shot(self, task):
 )
 
 CATALOGUE: list[Mechanism] = [ascii_board, piece_lists, legal_moves_san, legal_moves_by_kind, mate_instruction,
-                              answer_prefill, lenient_parser, retry_illegal, few_shot_examples]
+                              answer_prefill, lenient_parser, legal_move_choice, retry_illegal, few_shot_examples]
 BY_NAME: dict[str, Mechanism] = {m.name: m for m in CATALOGUE}
 
 
