@@ -10,8 +10,10 @@ never see a task's reference answer. The rollout engine calls them in this order
    `initial_tool_calls(task)` may run tools *before* the model speaks (e.g. a forced
    first search); their results are passed to `first_user_message`.
 2. Each turn: `manage_context(messages, state)` may shorten the conversation, then
-   `generation_settings(state)` chooses max new tokens, stop strings and a `prefill`
-   (text placed at the start of the assistant's reply, which the model continues).
+   `generation_settings(state)` chooses max new tokens, stop strings, a `prefill`
+   (text placed at the start of the assistant's reply, which the model continues) and
+   optionally `choices`: the reply after the prefill will be exactly one of these
+   strings (constrained decoding), e.g. the legal moves of a chess position.
 3. The model's reply (prefill + completion) goes to `parse(reply, state)`, which
    returns a `ToolCalls`, a `FinalAnswer` or a `FormatError`.
 4. Tool calls run through the domain's toolbox (outside the harness);
