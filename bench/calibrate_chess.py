@@ -17,9 +17,11 @@ Measured (default mix = generated mate-in-1, seed 0, temperature 1):
   of the time instead of 3.9%) h0 stays at 0.000, as do three plain variants of it (an
   answer example in the instruction: format_valid 0.025; a "Move:" prefill: 0.016; both:
   0.441, but the model then copies the example move).
-  Constrained decoding (2026-12-01, vLLM, machine shared with a reproduction run; same 64 x 8):
-  --harness h0 h0+legal_move_choice h1 h1+legal_move_choice gives h0 0.000, h0+legal_move_choice
-  0.0332 (format_valid 1.000), h1 0.0156, h1+legal_move_choice 0.0898 (format_valid 1.000).
+  Constrained decoding (2026-12-01, vLLM, same 64 puzzles x 8 samples and seeds, measured by an
+  equivalent throwaway script while a reproduction shared the machine; this script's
+  --harness h0 h0+legal_move_choice h1 h1+legal_move_choice repeats it): h0 0.000,
+  h0+legal_move_choice 0.0332 (format_valid 1.000), h1 0.0156, h1+legal_move_choice 0.0898
+  (format_valid 1.000). vLLM on CPU is not bit-reproducible, so a rerun differs slightly.
 """
 
 from __future__ import annotations
