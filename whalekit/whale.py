@@ -240,16 +240,15 @@ class _Driver:
     def archive_rollouts(self) -> int:
         return sum(int(score["n"]) for e in self.archive.entries() for score in e.scores.values())
 
-    def restore_budget(self) -> None:
-        """Rollouts spent so far: what the loaded trainer checkpoint sampled plus every
-        search evaluation in the archive. The archive is the durable record of search: a
-        harness step killed after some evaluations resumes with them (the search stage
-        does not redo them), so they stay charged exactly as in an uninterrupted run. A
-        weight step killed before its commit is redone from the last checkpoint."""
+    def restore_budget(self, search_rollouts: int) -> None:
+        """Rollouts spent: what the loaded trainer checkpoint sampled plus `search_rollouts`.
+        A resumed run restores the committed count, so it starts its next stage exactly
+        where the uninterrupted run did; a harness step then charges, as it begins, the
+        evaluations a killed attempt at that very step had already recorded in the archive
+        (the search stage does not redo them), so neither run spends more than the other."""
         spent_rsft = self.trainer.state.sampled if self.trainer else 0
-        spent_search = self.archive_rollouts()
-        self.budget.spent = spent_rsft + spent_search
-        self.budget.by_phase = {"rsft": spent_rsft, "search": spent_search}
+        self.budget.spent = spent_rsft + search_rollouts
+        self.budget.by_phase = {"rsft": spent_rsft, "search": search_rollouts}
 
     def commit(self, state: dict[str, Any]) -> None:
         self.run.commit(state)
@@ -295,6 +294,7 @@ class _Driver:
         if self.budget.remaining < len(self.splits.search):
             return False
         before = state["search_rollouts"]  # as committed before this step began
+        self.restore_budget(self.archive_rollouts())
         one = dataclasses.replace(self.config.search, iterations=1)
         # A proposer per iteration, seeded by the step: a resumed run proposes what an
         # uninterrupted one would have.
@@ -305,7 +305,7 @@ class _Driver:
         # The archive is the durable record of what search sampled, including evaluations a
         # killed attempt at this very step had already written.
         state["search_rollouts"] = self.archive_rollouts()
-        self.restore_budget()
+        self.restore_budget(state["search_rollouts"])
         if state["search_rollouts"] == before:
             return False
         state["accepted_id"] = accepted
@@ -336,7 +336,7 @@ class _Driver:
             self.run.roll_back_uncommitted_events()
             if self.trainer is not None and state["checkpoint"]:
                 self.trainer.load_checkpoint(Path(state["checkpoint"]))
-            self.restore_budget()
+            self.restore_budget(state["search_rollouts"])
         else:
             state = self.fresh_state()
             self.run.events_path.unlink(missing_ok=True)  # a start killed before its first commit
