@@ -116,6 +116,32 @@ def test_adaptive_switching_never_depends_on_test_scores(tmp_path, monkeypatch):
     assert [e["mean_at_k"] for e in first.events("test_eval")] != [e["mean_at_k"] for e in second.events("test_eval")]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("dies_at", [1, 2, 3])  # h0's rescoring, then the first iterations' evaluations
+def test_a_run_killed_right_after_a_search_evaluation_was_recorded_resumes_to_the_same_events(tmp_path, monkeypatch,
+                                                                                             dies_at):
+    """The window between the archive recording an evaluation and the driver committing the
+    step: the resumed run must neither redo nor re-propose, nor spend a rollout more."""
+    import whalekit.search as search
+
+    straight = run_method(_config(tmp_path / "straight", "whale"), policy=load_policy("tiny-random"))
+    original, calls = search.evaluate_candidates, []
+
+    def dies_after_recording(*args, **kwargs):
+        scores = original(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == dies_at:
+            raise KeyboardInterrupt
+        return scores
+
+    monkeypatch.setattr(search, "evaluate_candidates", dies_after_recording)
+    with pytest.raises(KeyboardInterrupt):
+        run_method(_config(tmp_path / "killed", "whale"), policy=load_policy("tiny-random"))
+    monkeypatch.setattr(search, "evaluate_candidates", original)
+    resumed = run_method(_config(tmp_path / "killed", "whale"), policy=load_policy("tiny-random"))
+    assert without_timings(resumed.events()) == without_timings(straight.events())
+
+
 _RUN_SCRIPT = """
 import sys
 from whalekit.whale import resolve_config, run_method
