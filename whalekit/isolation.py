@@ -32,6 +32,7 @@ from typing import Any
 
 from whalekit.episode import Finished, GenerateRequest, Request, ToolRequest, harness_id
 from whalekit.harness import GenerationSettings
+from whalekit.samplers.base import is_choice_list
 from whalekit.types import Message, TaskView, ToolCall, ToolResult
 
 ALLOWED_IMPORTS = ("__future__", "re", "json", "math", "string", "textwrap", "collections", "itertools",
@@ -147,8 +148,7 @@ def decode_request(data: dict[str, Any]) -> Request:
         choices = s.get("choices")
         if not isinstance(s.get("max_new_tokens"), int) or s["max_new_tokens"] <= 0 \
                 or not all(isinstance(x, str) for x in s.get("stop", [])) or not isinstance(s.get("prefill"), str) \
-                or not (choices is None or (isinstance(choices, list) and choices
-                                            and all(isinstance(c, str) and c for c in choices))):
+                or not (choices is None or (isinstance(choices, list) and is_choice_list(choices))):
             raise TypeError(f"bad generation settings from harness: {s!r}")
         return GenerateRequest([_message(m) for m in data["messages"]],
                                GenerationSettings(s["max_new_tokens"], list(s["stop"]), s["prefill"],

@@ -32,8 +32,13 @@ class GenerationRequest:
     choices: list[str] | None = None  # the completion is exactly one of these, then EOS
 
     def __post_init__(self) -> None:
-        if self.choices is not None and (not self.choices or not all(isinstance(c, str) and c for c in self.choices)):
+        if self.choices is not None and not is_choice_list(self.choices):
             raise ValueError("choices must be a non-empty list of non-empty strings")
+
+
+def is_choice_list(value: Any) -> bool:
+    """A constrained answer format's choices: a non-empty sequence of non-empty strings."""
+    return bool(value) and all(isinstance(c, str) and c for c in value)
 
 
 @dataclass
