@@ -4,7 +4,6 @@ failures, never in the driver's process."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -65,7 +64,7 @@ def test_isolated_episode_gives_the_same_requests_as_in_process() -> None:
         assert request.settings.max_new_tokens == 16 and request.settings.stop == ["\n"]
         finished = handle.after_generation(" 3", "")
         assert isinstance(finished, Finished) and finished.answer == "3" and finished.error is None
-        assert runtime.protections["dropped_root"] or os.geteuid() != 0
+        assert {"pidns", "mntns", "netns"} <= set(runtime.protections["sandbox"].split(","))
 
 
 def test_an_isolated_harness_passes_answer_choices_and_a_malformed_choice_list_is_refused() -> None:
@@ -88,8 +87,9 @@ def test_an_isolated_harness_passes_answer_choices_and_a_malformed_choice_list_i
     ("while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass",
      "hook_timeout", True),  # swallows the in-worker alarm: the parent kills the worker
     ("x = 'a' * (10 ** 11)", "MemoryError", False),
-    ("import os\nos.system('touch /tmp/whalekit_isolation_pwned')", "PermissionError", False),
-    ("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)", "PermissionError", False),
+    ("import os\nos.system('touch /tmp/whalekit_isolation_pwned')\nraise SystemExit(os.system('true'))",
+     "SystemExit", False),  # no shell in the sandbox, and /tmp is its own
+    ("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=1)", "OSError", False),
     ("import sys\nsys.exit(3)", "SystemExit", False),
     ("import os\nos._exit(3)", "worker_crash", True),
 ])
@@ -125,8 +125,6 @@ def test_raw_sockets_fail_even_past_the_patched_module() -> None:
     source = _hook("import _socket\ns = _socket.socket()\ns.settimeout(1)\ns.connect(('1.1.1.1', 80))")
     with IsolatedHarness(source, FAST) as runtime:
         request = runtime.new_episode(TASK).begin()
-        if not runtime.protections.get("net_namespace"):
-            pytest.skip("this kernel refuses a network namespace; only the socket module is patched")
     assert isinstance(request, Finished) and "OSError" in (request.error or "")
 
 

