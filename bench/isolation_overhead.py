@@ -8,7 +8,11 @@ and isolated to share the machine's noise evenly; the median of `--repeats` is r
 On a shared, loaded machine the wall-time difference is mostly sampler noise, so the
 time spent inside the harness hooks (where isolation adds its cost) is reported too.
 
-    flock /tmp/whalekit-cpu.lock .venv/bin/python bench/isolation_overhead.py --domain toy --tasks 32
+Worker start-up is measured on its own too: `--startups` sandboxed workers started one
+after another, each timed from spawn to its first answered hook (what a search pays per
+candidate).
+
+    flock /tmp/whalekit-cpu.lock .venv/bin/python bench/isolation_overhead.py --domain math --tasks 32 --sampler vllm
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from whalekit.domains.base import get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.isolation import IsolatedHarness
 from whalekit.models import load_policy
+from whalekit.sandbox import probe_isolation
 
 
 class _Timed:
@@ -58,13 +63,18 @@ def main() -> None:
     parser.add_argument("--harness", default="h0", help="a harness file name in the domain's harnesses/")
     parser.add_argument("--tasks", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sampler", default="hf", choices=("hf", "vllm", "auto"))
+    parser.add_argument("--temperature", type=float, default=0.0,
+                        help="0: greedy, so both runs sample the same tokens (outcomes comparable)")
+    parser.add_argument("--startups", type=int, default=8, help="workers to start for the start-up figure")
     args = parser.parse_args()
+    print(f"sandbox layers: {','.join(probe_isolation())}")
 
     domain = get_domain(args.domain)
     tasks = domain.load_splits(n_train=8, n_search=args.tasks, n_test=8, seed=0).search
     source = domain.harness_source(args.harness)
-    policy = load_policy(args.model)
-    config = RolloutConfig(temperature=0.0, seed=0, progress=False)
+    policy = load_policy(args.model, sampler=args.sampler)
+    config = RolloutConfig(temperature=args.temperature, seed=0, progress=False)
     rollout(domain, [Episode(tasks[0], InProcessHarness(source))], policy.sampler, config)  # warm-up
 
     times: dict[str, list[float]] = {"in_process": [], "isolated": []}
@@ -85,6 +95,15 @@ def main() -> None:
             hook_calls = sum(len(t.turns) + 1 for t in trajectories)
     same = answers["in_process"] == answers["isolated"]
     base, isolated = statistics.median(times["in_process"]), statistics.median(times["isolated"])
+    startups = []
+    for _ in range(args.startups):
+        started = time.perf_counter()
+        with IsolatedHarness(source) as runtime:
+            runtime.new_episode(tasks[0].view()).begin()
+        startups.append(time.perf_counter() - started)
+    print(f"worker start-up to first answered hook (s): median {statistics.median(startups):.3f}, "
+          f"max {max(startups):.3f} over {len(startups)} workers")
+    print(f"sampler={args.sampler} model={args.model} (SmolLM2-135M is a Q4_1 GGUF dequantised by transformers)")
     print(f"domain={args.domain} harness={args.harness} tasks={args.tasks} repeats={args.repeats} "
           f"episode round trips~{hook_calls}")
     print(f"in-process wall (s): {[round(x, 2) for x in times['in_process']]} median {base:.2f}")

@@ -133,3 +133,22 @@ def test_a_harness_returning_wrong_types_is_an_episode_error() -> None:
     with IsolatedHarness(source, FAST) as runtime:
         request = runtime.new_episode(TASK).begin()
     assert isinstance(request, Finished) and "content type int" in (request.error or "")
+
+
+def test_isolation_none_runs_trusted_code_in_a_plain_subprocess_and_warns_loudly() -> None:
+    from whalekit.sandbox import isolation_mode, set_isolation_mode
+    from whalekit.whale import RunConfig
+
+    with pytest.warns(RuntimeWarning, match="WITHOUT the sandbox"):
+        set_isolation_mode("none")
+    try:
+        with IsolatedHarness(_hook("import os\nreturn 'layers=' + os.environ.get('WHALEKIT_SANDBOX', '-')"),
+                             FAST) as runtime:
+            request = runtime.new_episode(TASK).begin()
+        assert isinstance(request, GenerateRequest) and request.messages[0].content.startswith("layers=-")
+    finally:
+        set_isolation_mode("sandbox")
+    assert isolation_mode() == "sandbox"
+    assert RunConfig(domain="toy", method="whale", isolation="none").to_json()["isolation"] == "none"
+    with pytest.raises(ValueError, match="isolation must be"):
+        RunConfig(domain="toy", method="whale", isolation="off")

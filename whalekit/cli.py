@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     run_p.add_argument("--seed", type=int, default=0)
     run_p.add_argument("--runs-root", default="runs")
     run_p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a preset field")
+    run_p.add_argument("--isolation", choices=("sandbox", "none"), default=None,
+                       help="none runs untrusted code WITHOUT the sandbox: trusted code and debugging only")
     grid_p = sub.add_parser("grid", help="the schedule grid of the preset (fixed schedules + stagewise)")
     grid_p.add_argument("--domain", default=None)
     grid_p.add_argument("--preset", default="cpu")
@@ -67,8 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     from whalekit.whale import resolve_config, run_method
 
     if args.command == "run":
+        overrides = _overrides(args.set)
+        if args.isolation:
+            overrides["isolation"] = args.isolation
         config = resolve_config(args.preset, args.domain, args.method, args.schedule, args.seed,
-                                runs_root=args.runs_root, **_overrides(args.set))
+                                runs_root=args.runs_root, **overrides)
         print(summary_line(run_method(config)))
     elif args.command == "grid":
         from whalekit.presets import load_preset

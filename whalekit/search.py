@@ -27,7 +27,7 @@ from typing import Any
 from whalekit.archive import Archive
 from whalekit.budget import RolloutBudget
 from whalekit.domains.base import Domain
-from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.engine import Episode, RolloutConfig, rollout
 from whalekit.isolation import IsolatedHarness, IsolationLimits, validate_candidate
 from whalekit.samplers.base import Sampler
 from whalekit.types import Task
@@ -42,7 +42,6 @@ class SearchConfig:
     rescore_top: int = 3  # re-score accepted + top-k at stage start when the weights changed
     temperature: float = 1.0  # sampling temperature of the evaluation rollouts
     max_context_tokens: int = 4096  # per-episode context limit in evaluation rollouts
-    isolate: bool = True  # run candidates in IsolatedHarness workers
     hook_timeout_s: float = 5.0  # wall-clock limit per harness hook call in a worker
     memory_mb: int = 1024  # address-space limit of a worker
 
@@ -68,8 +67,7 @@ def evaluate_candidates(domain: Domain, archive: Archive, candidate_ids: list[st
     try:
         for cid in candidate_ids:
             source = archive.source(cid)
-            runtimes[cid] = (IsolatedHarness(source, config.limits(), cid) if config.isolate
-                             else InProcessHarness(source, cid))
+            runtimes[cid] = IsolatedHarness(source, config.limits(), cid)  # never in the driver's process
         episodes = [Episode(task, runtimes[cid], k) for cid in candidate_ids for k, task in enumerate(tasks)]
         trajectories = rollout(domain, episodes, sampler, RolloutConfig(
             temperature=config.temperature, seed=seed, step=step, max_context_tokens=config.max_context_tokens,

@@ -62,9 +62,14 @@ class RunConfig:
     proposer: str = "reflective"  # reflective | anthropic | openai
     proposer_options: dict[str, Any] = field(default_factory=dict)
     runs_root: str = "runs"
+    # sandbox: proposed harnesses and model-written Python run behind whalekit.sandbox (bubblewrap).
+    # none: trusted code only, for debugging; runs unsandboxed with a loud warning, recorded here.
+    isolation: str = "sandbox"
 
     def __post_init__(self) -> None:
         self.schedule = parse_schedule(self.schedule)
+        if self.isolation not in ("sandbox", "none"):
+            raise ValueError(f"isolation must be 'sandbox' or 'none', got {self.isolation!r}")
         if self.method not in WEIGHT_METHODS + SEARCH_METHODS:
             raise ValueError(f"unknown method {self.method!r}")
         if min(self.budget, self.n_test, self.eval_k) <= 0:
@@ -222,7 +227,10 @@ class _Driver:
             else:
                 from whalekit.isolation import IsolatedHarness
 
-                self._runtimes[candidate_id] = IsolatedHarness(source, self.config.search.limits(), candidate_id)
+                # respawn: a candidate that becomes the accepted harness serves every later stage, so a
+                # dead worker is replaced (its in-flight episodes end as recorded failures)
+                self._runtimes[candidate_id] = IsolatedHarness(source, self.config.search.limits(), candidate_id,
+                                                               respawn=True)
         return self._runtimes[candidate_id]
 
     def close(self) -> None:
@@ -436,6 +444,10 @@ def check_not_stale(config: RunConfig) -> None:
 def run_method(config: RunConfig, policy: Any = None) -> RunDir:
     """Run (or resume, or reuse when finished) one (domain, method, schedule, seed) run."""
     check_not_stale(config)
+    from whalekit.sandbox import isolation_mode, set_isolation_mode
+
+    if config.isolation != isolation_mode():
+        set_isolation_mode(config.isolation)  # "none" warns loudly; the value is in the run's config.json
     run = RunDir(config.run_dir)
     if run.done:
         return run
