@@ -152,3 +152,16 @@ def test_isolation_none_runs_trusted_code_in_a_plain_subprocess_and_warns_loudly
     assert RunConfig(domain="toy", method="whale", isolation="none").to_json()["isolation"] == "none"
     with pytest.raises(ValueError, match="isolation must be"):
         RunConfig(domain="toy", method="whale", isolation="off")
+
+
+def test_every_allow_listed_module_imports_in_a_worker() -> None:
+    """A valid candidate is never failed for its imports, wherever Python is installed (here it lives
+    under /root, which the sandbox's own uid could not read on the host)."""
+    from whalekit.isolation import ALLOWED_IMPORTS
+
+    modules = [m for m in ALLOWED_IMPORTS if m != "__future__"]
+    body = "import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)
+    source = _hook(body)
+    with IsolatedHarness(source, FAST) as runtime:
+        request = runtime.new_episode(TASK).begin()
+    assert isinstance(request, GenerateRequest), request
