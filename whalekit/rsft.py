@@ -60,6 +60,8 @@ class RSFTConfig:
     # "auto" = unsloth where it imports and CUDA is present, else peft with one logged warning.
     backend: str = "peft"  # peft | unsloth | auto
     temperature: float = 1.0  # behaviour-policy sampling temperature
+    top_p: float = 1.0  # behaviour-policy nucleus mass
+    top_k: int = 20  # behaviour-policy top-k (the authors' 20); 0 disables top-k
     max_context_tokens: int = 4096  # engine limit per episode
     reward_window: int = 4  # batches in the sliding-window mean training reward
     seed: int = 0
@@ -69,6 +71,8 @@ class RSFTConfig:
             raise ValueError("RSFTConfig sizes must be positive")
         if self.learning_rate <= 0 or self.reward_window <= 0:
             raise ValueError("learning_rate and reward_window must be positive")
+        if self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise ValueError("top_k must be >= 0 (0 disables it) and top_p in (0, 1]")
         _check_choice("train_dtype", self.train_dtype, TRAIN_DTYPES)
         _check_choice("backend", self.backend, BACKENDS)
         if self.backend == "unsloth" and not self.lora:
@@ -302,7 +306,8 @@ class RSFTTrainer:
         version = self.sampler.version
         t0 = time.perf_counter()
         trajectories = rollout(self.domain, episodes, self.sampler, RolloutConfig(
-            temperature=cfg.temperature, seed=cfg.seed, step=self.state.batches, progress=False,
+            temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, seed=cfg.seed, step=self.state.batches,
+            progress=False,
             max_context_tokens=cfg.max_context_tokens, description="rsft"), policy_version=version)
         sample_seconds = time.perf_counter() - t0
         self.last_trajectories = trajectories

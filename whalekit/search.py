@@ -41,6 +41,8 @@ class SearchConfig:
     candidates_per_iteration: int = 4  # M: candidates asked of the proposer per iteration
     rescore_top: int = 3  # re-score accepted + top-k at stage start when the weights changed
     temperature: float = 1.0  # sampling temperature of the evaluation rollouts
+    top_p: float = 1.0  # nucleus mass of the evaluation rollouts
+    top_k: int = 20  # top-k of the evaluation rollouts (the authors' 20); 0 disables top-k
     max_context_tokens: int = 4096  # per-episode context limit in evaluation rollouts
     isolate: bool = True  # run candidates in IsolatedHarness workers
     hook_timeout_s: float = 5.0  # wall-clock limit per harness hook call in a worker
@@ -49,8 +51,8 @@ class SearchConfig:
     def __post_init__(self) -> None:
         if self.iterations < 0 or self.candidates_per_iteration < 1 or self.rescore_top < 0:
             raise ValueError("iterations >= 0, candidates_per_iteration >= 1 and rescore_top >= 0 are required")
-        if self.temperature < 0 or self.max_context_tokens <= 0:
-            raise ValueError("temperature must be >= 0 and max_context_tokens positive")
+        if self.temperature < 0 or self.max_context_tokens <= 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise ValueError("temperature and top_k must be >= 0, top_p in (0, 1] and max_context_tokens positive")
         IsolationLimits(self.hook_timeout_s, memory_mb=self.memory_mb)  # checks the limits
 
     def limits(self) -> IsolationLimits:
@@ -72,7 +74,8 @@ def evaluate_candidates(domain: Domain, archive: Archive, candidate_ids: list[st
                              else InProcessHarness(source, cid))
         episodes = [Episode(task, runtimes[cid], k) for cid in candidate_ids for k, task in enumerate(tasks)]
         trajectories = rollout(domain, episodes, sampler, RolloutConfig(
-            temperature=config.temperature, seed=seed, step=step, max_context_tokens=config.max_context_tokens,
+            temperature=config.temperature, top_p=config.top_p, top_k=config.top_k, seed=seed, step=step,
+            max_context_tokens=config.max_context_tokens,
             progress=False, description="search"), policy_version=weights_version)
     finally:
         for runtime in runtimes.values():

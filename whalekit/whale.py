@@ -58,7 +58,9 @@ class RunConfig:
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     stagewise_split: float = 0.5  # stagewise: budget share of the first phase
     eval_k: int = 8  # test mean@k: k samples per test problem
-    eval_temperature: float = 1.0
+    eval_temperature: float = 1.0  # test sampling: T 1 / top_p 1 / top_k 20, as the authors evaluated
+    eval_top_p: float = 1.0
+    eval_top_k: int = 20  # 0 disables top-k
     proposer: str = "reflective"  # reflective | anthropic | openai
     proposer_options: dict[str, Any] = field(default_factory=dict)
     runs_root: str = "runs"
@@ -139,11 +141,12 @@ def mean_at_k(trajectories: list[Trajectory], domain: Domain) -> dict[str, Any]:
 
 
 def evaluate_test(domain: Domain, harness: Any, sampler: Any, tasks: list[Task], k: int, temperature: float,
-                  seed: int, index: int) -> list[Trajectory]:
+                  seed: int, index: int, top_p: float = 1.0, top_k: int = 20) -> list[Trajectory]:
     """k rollouts per test task with the current weights and accepted harness; never charged."""
     episodes = [Episode(task, harness, i) for task in tasks for i in range(k)]
-    return rollout(domain, episodes, sampler, RolloutConfig(temperature=temperature, seed=seed + 7_777_777,
-                                                            step=index, description=f"test eval {index}"))
+    return rollout(domain, episodes, sampler, RolloutConfig(temperature=temperature, top_p=top_p, top_k=top_k,
+                                                            seed=seed + 7_777_777, step=index,
+                                                            description=f"test eval {index}"))
 
 
 def make_proposer(name: str, domain: Domain, archive: Any, seed: int, options: dict[str, Any],
@@ -264,7 +267,8 @@ class _Driver:
         started = time.perf_counter()
         index = state["evaluations"]
         trajectories = evaluate_test(self.domain, self.runtime(state["accepted_id"]), self.sampler, self.splits.test,
-                                     self.config.eval_k, self.config.eval_temperature, self.config.seed, index)
+                                     self.config.eval_k, self.config.eval_temperature, self.config.seed, index,
+                                     self.config.eval_top_p, self.config.eval_top_k)
         self.run.write_trajectories(f"eval-{index:03d}", trajectories)
         self.run.log("test_eval", index=index, reason=reason, rollouts=self.budget.spent,
                      weights_version=self.sampler.version, accepted_id=state["accepted_id"], k=self.config.eval_k,
