@@ -285,8 +285,8 @@ def adaptive_figure(runs: list[RunSummary]) -> Figure:
         cycles = adaptive_cycles(run)
         adaptive = run.config.get("adaptive", {})
         rsft = run.config.get("rsft", {})
-        min_epochs = adaptive.get("min_weight_batches", 1) * rsft.get("batch_problems", 1) / max(
-            1, run.config.get("n_train", 1))
+        min_epochs = adaptive.get("min_weight_epochs") or adaptive.get("min_weight_batches", 1) * rsft.get(
+            "batch_problems", 1) / max(1, run.config.get("n_train", 1))  # runs made before min_weight_epochs
         xs = [c["cycle"] for c in cycles]
         ax.bar(xs, [c["epochs"] for c in cycles], 0.6, color=colour, label="RSFT epochs (bars)")
         ax.axhline(min_epochs, ls="--", color=colour, lw=0.9, label="minimum weight stage")

@@ -47,7 +47,10 @@ class RSFTConfig:
     warmup_steps: int = 2  # linear warm-up, then constant: WHALE calls the trainer in short stages
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    micro_batch_sequences: int = 8  # sequences per forward pass; gradients accumulate over a batch
+    # Accepted trajectories per optimiser step: ceil(accepted / this) steps per sampled batch,
+    # as the authors' online RSFT (64 of 256 prompts x 8); 0 = one step per sampled batch.
+    minibatch_trajectories: int = 64
+    micro_batch_sequences: int = 8  # sequences per forward pass; gradients accumulate over a mini-batch
     max_seq_len: int = 1024  # a turn longer than this (prompt + completion) is dropped from training, and counted
     lora: bool = True  # LoRA via peft; False = full fine-tuning
     lora_r: int = 16
@@ -69,6 +72,8 @@ class RSFTConfig:
     def __post_init__(self) -> None:
         if min(self.batch_problems, self.samples_per_problem, self.micro_batch_sequences, self.max_seq_len) <= 0:
             raise ValueError("RSFTConfig sizes must be positive")
+        if self.minibatch_trajectories < 0:
+            raise ValueError("minibatch_trajectories must be >= 0 (0: one optimiser step per sampled batch)")
         if self.learning_rate <= 0 or self.reward_window <= 0:
             raise ValueError("learning_rate and reward_window must be positive")
         if self.top_k < 0 or not 0 < self.top_p <= 1:
@@ -81,7 +86,7 @@ class RSFTConfig:
 
 @dataclass
 class BatchRecord:
-    """What one RSFT batch did; the adaptive schedule switches on `reward_window_mean`."""
+    """What one RSFT batch did; the adaptive schedule windows `reward` over its stage."""
 
     step: int  # optimiser steps taken after this batch
     policy_version: int  # sampler weights version that produced the batch (behaviour policy)
@@ -324,28 +329,38 @@ class RSFTTrainer:
                            sample_seconds, train_seconds)
 
     def update(self, accepted: list[Trajectory]) -> tuple[float | None, int, int, float]:
-        """One optimiser step on the accepted trajectories, then sync the sampler."""
+        """Optimiser steps on the accepted trajectories, one per mini-batch of
+        `minibatch_trajectories` of them in sampling order (the authors' ceil(accepted / 64)
+        steps per sampled batch; 0 = one step on the whole batch), then one sampler sync.
+        Returns the token-weighted mean loss, trained tokens, dropped turns and seconds."""
         import torch
 
-        sequences, dropped = [], 0
-        for traj in accepted:
-            seqs, d = training_sequences(traj, self.config.max_seq_len)
-            sequences += seqs
-            dropped += d
-        if not sequences:
-            return None, 0, dropped, 0.0
+        size = self.config.minibatch_trajectories or max(1, len(accepted))
+        dropped, loss_tokens, total_tokens = 0, 0.0, 0
         t0 = time.perf_counter()
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss, tokens = token_normalised_loss(self.model, sequences, self.config.micro_batch_sequences, self.pad_id,
-                                             self.autocast)
-        torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
-                                       self.config.max_grad_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.state.step += 1
+        for start in range(0, len(accepted), size):
+            sequences = []
+            for traj in accepted[start:start + size]:
+                seqs, d = training_sequences(traj, self.config.max_seq_len)
+                sequences += seqs
+                dropped += d
+            if not sequences:
+                continue
+            self.model.train()
+            self.optimizer.zero_grad(set_to_none=True)
+            loss, tokens = token_normalised_loss(self.model, sequences, self.config.micro_batch_sequences,
+                                                 self.pad_id, self.autocast)
+            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
+                                           self.config.max_grad_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.state.step += 1
+            loss_tokens += loss * tokens
+            total_tokens += tokens
+        if not total_tokens:
+            return None, 0, dropped, 0.0
         self.sync_sampler()
-        return loss, tokens, dropped, time.perf_counter() - t0
+        return loss_tokens / total_tokens, total_tokens, dropped, time.perf_counter() - t0
 
     # -- weights ------------------------------------------------------------------------
     def merged_state_dict(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from whalekit.archive import Archive
+from whalekit.archive import ARCHIVE_SCOPES, Archive
 from whalekit.budget import RolloutBudget
 from whalekit.domains.base import Domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
@@ -37,7 +37,14 @@ BUDGET_PHASE = "search"
 
 @dataclass
 class SearchConfig:
-    iterations: int = 6  # I: proposer calls per stage
+    iterations: int = 6  # proposer iterations this call of run_search_stage runs
+    # (E, I) counting in the driver: True (the authors') = I includes the incoming harness's
+    # evaluation as iteration 1, so a harness stage runs I - 1 proposer iterations; False = I.
+    count_incoming: bool = True
+    # Which candidates compete: "round" (the authors') = a fresh archive each harness phase,
+    # seeded with the incoming harness; "run" = one archive for the run, re-scoring the
+    # accepted harness and the top few whenever the weights changed.
+    archive_scope: str = "round"  # round | run
     candidates_per_iteration: int = 4  # M: candidates asked of the proposer per iteration
     rescore_top: int = 3  # re-score accepted + top-k at stage start when the weights changed
     temperature: float = 1.0  # sampling temperature of the evaluation rollouts
@@ -53,6 +60,8 @@ class SearchConfig:
             raise ValueError("iterations >= 0, candidates_per_iteration >= 1 and rescore_top >= 0 are required")
         if self.temperature < 0 or self.max_context_tokens <= 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
             raise ValueError("temperature and top_k must be >= 0, top_p in (0, 1] and max_context_tokens positive")
+        if self.archive_scope not in ARCHIVE_SCOPES:
+            raise ValueError(f"archive_scope {self.archive_scope!r}: use one of {', '.join(ARCHIVE_SCOPES)}")
         IsolationLimits(self.hook_timeout_s, memory_mb=self.memory_mb)  # checks the limits
 
     def limits(self) -> IsolationLimits:

@@ -23,10 +23,11 @@ from typing import Any
 from whalekit.budget import RolloutBudget
 from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.episode import harness_id
 from whalekit.presets import load_preset, missing_data_files
 from whalekit.rsft import RSFTConfig
 from whalekit.runs import RunDir
-from whalekit.schedules import AdaptiveConfig, Schedule, Stage, StageRecord, parse_schedule, should_switch
+from whalekit.schedules import AdaptiveConfig, Schedule, Stage, StageRecord, parse_schedule, should_switch, window_means
 from whalekit.search import SearchConfig
 from whalekit.types import Task, Trajectory
 
@@ -201,16 +202,47 @@ class _Driver:
         self.sampler = policy.sampler
         self.budget = RolloutBudget(config.budget)
         self.h0_source = self.domain.initial_harness_source()
-        self.archive = Archive.open(self.run.root / "archive", self.domain.name)
-        self.seed_id = self.archive.ensure_seed(self.h0_source)
+        self.seed_id = harness_id(self.h0_source)  # h0: shipped with whalekit, the only trusted harness
+        self.archive_root = self.run.root / "archive"
+        self.archive: Any = None  # the archive of the current harness phase (opened by `open_archive`)
+        if config.search.archive_scope == "run":
+            self.archive = Archive.open(self.archive_root, self.domain.name)
+            self.archive.ensure_seed(self.h0_source)
         self.trainer = None
         if config.method in WEIGHT_METHODS:
             from whalekit.rsft import RSFTTrainer
 
             self.trainer = RSFTTrainer(policy, self.domain, self.splits.train, config.rsft, self.budget)
         epochs, iterations = config.schedule
-        self.schedule = Schedule(config.method, epochs, iterations, config.stagewise_split, config.adaptive)
+        self.schedule = Schedule(config.method, epochs, iterations, config.stagewise_split, config.adaptive,
+                                 config.search.count_incoming)
         self._runtimes: dict[str, Any] = {}
+
+    def open_archive(self, state: dict[str, Any]) -> Any:
+        """The archive this harness stage searches. `run` scope: the run's one archive.
+        `round` scope: a fresh archive per harness phase (a phase starts after every weight
+        stage; harness_only has one), seeded with the incoming harness."""
+        from whalekit.archive import Archive, round_folder
+
+        if self.config.search.archive_scope == "run":
+            return self.archive
+        phase = sum(1 for h in state["history"] if h["kind"] == "weight")
+        root = round_folder(self.archive_root, phase)
+        if self.archive is None or self.archive.root != root:
+            self.archive = Archive.open(root, self.domain.name)
+            self.archive.ensure_seed(self.source(state["accepted_id"]), hypothesis="the incoming harness")
+        return self.archive
+
+    def source(self, candidate_id: str) -> str:
+        if candidate_id == self.seed_id:
+            return self.h0_source
+        from whalekit.archive import archive_folders
+
+        for folder in archive_folders(self.archive_root):
+            path = folder / "candidates" / candidate_id / "harness.py"
+            if path.exists():
+                return path.read_text(encoding="utf-8")
+        raise KeyError(f"no harness {candidate_id!r} in {self.archive_root}")
 
     def _make_proposer(self, step: int = 0) -> Any:
         return make_proposer(self.config.proposer, self.domain, self.archive, self.config.seed * 100_003 + step,
@@ -219,7 +251,7 @@ class _Driver:
     # -- harness runtimes -----------------------------------------------------------------
     def runtime(self, candidate_id: str) -> Any:
         if candidate_id not in self._runtimes:
-            source = self.archive.source(candidate_id)
+            source = self.source(candidate_id)
             if candidate_id == self.seed_id:
                 self._runtimes[candidate_id] = InProcessHarness(source, candidate_id)  # shipped with whalekit: trusted
             else:
@@ -241,7 +273,11 @@ class _Driver:
                 "search_rollouts": 0}
 
     def archive_rollouts(self) -> int:
-        return sum(int(score["n"]) for e in self.archive.entries() for score in e.scores.values())
+        """Search rollouts recorded in every archive of the run (all rounds)."""
+        from whalekit.archive import Archive, archive_folders
+
+        archives = [Archive.open(folder, self.domain.name) for folder in archive_folders(self.archive_root)]
+        return sum(int(score["n"]) for a in archives for e in a.entries() for score in e.scores.values())
 
     def restore_budget(self, search_rollouts: int) -> None:
         """Rollouts spent: what the loaded trainer checkpoint sampled plus `search_rollouts`.
@@ -288,7 +324,7 @@ class _Driver:
         self.trainer.save_checkpoint(checkpoint)
         state["checkpoint"] = str(checkpoint)
         state["stage_problems"] += n
-        state["stage_signals"].append(record.reward_window_mean)
+        state["stage_signals"].append(record.reward)  # the adaptive rule windows these per stage
         self.run.log("rsft_batch", phase_step=state["step"], rollouts=self.budget.spent, **asdict(record))
         return True
 
@@ -298,6 +334,7 @@ class _Driver:
         if self.budget.remaining < len(self.splits.search):
             return False
         before = state["search_rollouts"]  # as committed before this step began
+        self.open_archive(state)
         self.restore_budget(self.archive_rollouts())
         one = dataclasses.replace(self.config.search, iterations=1)
         # A proposer per iteration, seeded by the step: a resumed run proposes what an
@@ -325,8 +362,16 @@ class _Driver:
     def stage_finished(self, state: dict[str, Any], stage: Stage) -> bool:
         if stage.adaptive:
             cfg = self.config.adaptive
-            minimum = cfg.min_weight_batches if stage.kind == "weight" else cfg.min_search_iterations
-            return should_switch(state["stage_signals"], minimum, cfg.patience, cfg.max_stage_steps)
+            if stage.kind == "harness":
+                return should_switch(state["stage_signals"], cfg.min_search_iterations, cfg.search_patience,
+                                     cfg.max_search_iterations)
+            # Weight stages: the per-batch training reward, averaged over a sliding window
+            # of this stage's batches (the authors' phase-local window).
+            batches = lambda epochs: cfg.weight_batches(epochs, len(self.splits.train),  # noqa: E731
+                                                        self.config.rsft.batch_problems)
+            signals = window_means(state["stage_signals"], batches(cfg.weight_window_epochs))
+            return should_switch(signals, batches(cfg.min_weight_epochs), batches(cfg.weight_patience_epochs),
+                                 batches(cfg.max_weight_epochs))
         if stage.kind == "weight":
             return state["stage_problems"] >= round(stage.epochs * len(self.splits.train))
         return state["stage_steps"] >= stage.iterations
