@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whalekit.budget import RolloutBudget
+from whalekit.budget import BudgetConfig, RolloutBudget
 from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.episode import harness_id
@@ -34,6 +34,9 @@ from whalekit.types import Task, Trajectory
 METHODS_ALL = ("whale", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
 WEIGHT_METHODS = ("whale", "weight_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
 SEARCH_METHODS = ("whale", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
+# budget.mode=weight_steps: methods whose search is capped by budget.search_iterations (the
+# others search only between weight stages, as long as weight steps remain).
+SEARCH_CAPPED = ("harness_only", "stagewise", "stagewise_reverse")
 
 
 @dataclass
@@ -48,7 +51,9 @@ class RunConfig:
     # VLLMSampler options (vllm / auto samplers): gpu_memory_fraction (vLLM's share of a GPU it
     # shares with the trainer), max_model_len, kv_cache_gib (CPU), dtype, enforce_eager, ...
     vllm_options: dict[str, Any] = field(default_factory=dict)
-    budget: int = 1024  # total rollouts for training + search (test evaluation is free)
+    # mode rollouts (one shared rollout budget) | weight_steps (equal RSFT batches, search on top);
+    # an int is a rollouts-mode budget of that many rollouts.
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
     n_train: int = 32  # weight-training problems
     n_search: int = 16  # harness-search problems
     n_test: int = 32  # test problems
@@ -70,8 +75,14 @@ class RunConfig:
         self.schedule = parse_schedule(self.schedule)
         if self.method not in WEIGHT_METHODS + SEARCH_METHODS:
             raise ValueError(f"unknown method {self.method!r}")
-        if min(self.budget, self.n_test, self.eval_k) <= 0:
-            raise ValueError("budget, n_test and eval_k must be positive")
+        if isinstance(self.budget, int):
+            self.budget = BudgetConfig(rollouts=self.budget)
+        elif isinstance(self.budget, dict):
+            self.budget = BudgetConfig(**self.budget)
+        if min(self.n_test, self.eval_k) <= 0 or min(self.eval_top_k, self.eval_temperature) < 0:
+            raise ValueError("n_test and eval_k must be positive, eval_top_k and eval_temperature >= 0")
+        if self.budget.mode == "weight_steps" and self.method in SEARCH_CAPPED and self.budget.search_iterations <= 0:
+            raise ValueError(f"{self.method} in budget.mode=weight_steps needs budget.search_iterations > 0")
         if self.method in WEIGHT_METHODS and self.n_train <= 0:
             raise ValueError(f"{self.method} trains weights: n_train must be positive")
         if self.method in SEARCH_METHODS and self.n_search <= 0:
@@ -107,8 +118,11 @@ def resolve_config(preset: str = "cpu", domain: str = "chess", method: str = "wh
     data.pop("notes", None)
     if domain not in domains:
         raise ValueError(f"preset {preset!r} has no section for domain {domain!r}; it has {sorted(domains)}")
-    merged = _deep_merge(data, domains[domain])
-    merged = _deep_merge(merged, overrides)
+    layers = [data, dict(domains[domain]), dict(overrides)]
+    for layer in layers:  # `budget: 512` is shorthand for `budget: {rollouts: 512}`
+        if isinstance(layer.get("budget"), int):
+            layer["budget"] = {"rollouts": layer["budget"]}
+    merged = _deep_merge(_deep_merge(layers[0], layers[1]), layers[2])
     if schedule is not None:
         merged["schedule"] = schedule
     missing = missing_data_files(merged.get("split_options", {}))
@@ -200,7 +214,7 @@ class _Driver:
                 if config.sampler != "hf" else load_policy(config.model)
         self.policy = policy
         self.sampler = policy.sampler
-        self.budget = RolloutBudget(config.budget)
+        self.budget = RolloutBudget(config.budget.rollout_total)
         self.h0_source = self.domain.initial_harness_source()
         self.seed_id = harness_id(self.h0_source)  # h0: shipped with whalekit, the only trusted harness
         self.archive_root = self.run.root / "archive"
@@ -270,7 +284,42 @@ class _Driver:
         return {"schema_version": 1, "step": 0, "stage": None, "stage_steps": 0, "stage_problems": 0,
                 "stage_signals": [], "stage_rollouts_start": 0, "history": [], "accepted_id": self.seed_id,
                 "evaluations": 0, "checkpoint": None, "stalled": 0, "finished": False, "started": time.time(),
-                "search_rollouts": 0}
+                "search_rollouts": 0, "search_iterations": 0}
+
+    def budget_total(self) -> int | None:
+        """The rollout budget (None in weight_steps mode, where rollouts are counted, not capped)."""
+        return self.budget.total if self.config.budget.mode == "rollouts" else None
+
+    def budget_left(self, state: dict[str, Any]) -> bool:
+        """rollouts mode: rollouts remain. weight_steps mode: RSFT batches remain (harness_only:
+        proposer iterations), so a run ends after its last weight stage, as the authors' did."""
+        if self.config.budget.mode == "rollouts":
+            return self.budget.remaining > 0
+        return self.weight_steps_left() or self.search_iterations_left(state)
+
+    def weight_steps_left(self) -> bool:
+        """weight_steps mode: RSFT batches remain (always true in rollouts mode)."""
+        if self.config.budget.mode == "rollouts":
+            return True
+        return self.trainer is not None and self.trainer.state.batches < self.config.budget.weight_steps
+
+    def search_iterations_left(self, state: dict[str, Any]) -> bool:
+        """weight_steps mode: proposer iterations remain for a method whose search is capped."""
+        if self.config.budget.mode == "rollouts":
+            return True
+        return self.config.method in SEARCH_CAPPED and \
+            state.get("search_iterations", 0) < self.config.budget.search_iterations
+
+    def next_stage(self, state: dict[str, Any]) -> Stage:
+        history = [StageRecord(**h) for h in state["history"]]
+        if self.config.budget.mode == "weight_steps" and self.config.method in ("stagewise", "stagewise_reverse"):
+            # Equal weight steps: the whole weight budget in one phase, the search's in the other.
+            weight = Stage("weight", epochs=self.schedule.epochs)
+            harness = Stage("harness", iterations=self.schedule.proposer_iterations)
+            first, second = (weight, harness) if self.config.method == "stagewise" else (harness, weight)
+            first_left = self.weight_steps_left() if first.kind == "weight" else self.search_iterations_left(state)
+            return first if first_left else second
+        return self.schedule.next_stage(history, self.budget.total)
 
     def archive_rollouts(self) -> int:
         """Search rollouts recorded in every archive of the run (all rounds)."""
@@ -317,7 +366,7 @@ class _Driver:
         goal = round(stage.epochs * len(self.splits.train)) if not stage.adaptive else None
         left = self.config.rsft.batch_problems if goal is None else goal - state["stage_problems"]
         n = min(left, self.config.rsft.batch_problems, self.budget.remaining // self.config.rsft.samples_per_problem)
-        if n <= 0:
+        if n <= 0 or not self.weight_steps_left():
             return False
         record = self.trainer.step(self.runtime(state["accepted_id"]), n)
         checkpoint = self.run.root / "checkpoints" / f"rsft-{self.trainer.state.batches:05d}"
@@ -332,6 +381,9 @@ class _Driver:
         from whalekit.search import run_search_stage
 
         if self.budget.remaining < len(self.splits.search):
+            return False
+        if self.config.budget.mode == "weight_steps" and self.config.method in SEARCH_CAPPED \
+                and not self.search_iterations_left(state):
             return False
         before = state["search_rollouts"]  # as committed before this step began
         self.open_archive(state)
@@ -350,6 +402,7 @@ class _Driver:
         if state["search_rollouts"] == before:
             return False
         state["accepted_id"] = accepted
+        state["search_iterations"] = state.get("search_iterations", 0) + 1
         board = self.archive.leaderboard(self.sampler.version)
         best = board[0][1] if board else 0.0
         state["stage_signals"].append(best)
@@ -390,16 +443,17 @@ class _Driver:
             state = self.fresh_state()
             self.run.events_path.unlink(missing_ok=True)  # a start killed before its first commit
             self.run.write_config(self.config.to_json())
-            self.run.log("run_start", rollouts=0, budget=self.budget.total, method=self.config.method,
+            self.run.log("run_start", rollouts=0, budget=self.budget_total(), budget_mode=self.config.budget.mode,
+                         weight_steps=self.config.budget.weight_steps, method=self.config.method,
                          schedule=list(self.config.schedule), domain=self.config.domain, seed=self.config.seed,
                          n_train=len(self.splits.train), n_search=len(self.splits.search), n_test=len(self.splits.test))
             self.evaluate(state, "initial")
             self.commit(state)
         try:
-            while state["stalled"] < 2 and self.budget.remaining > 0:
+            while state["stalled"] < 2 and self.budget_left(state):
                 if state["stage"] is None:
-                    history = [StageRecord(**h) for h in state["history"]]
-                    stage = self.schedule.next_stage(history, self.budget.total)
+                    history = state["history"]
+                    stage = self.next_stage(state)
                     state.update(stage=asdict(stage), stage_steps=0, stage_problems=0, stage_signals=[],
                                  stage_rollouts_start=self.budget.spent)
                     self.run.log("stage_start", kind=stage.kind, stage=len(history), rollouts=self.budget.spent,
@@ -421,7 +475,7 @@ class _Driver:
                 self.commit(state)
             evals = self.run.events("test_eval")
             best = max(evals, key=lambda e: e["mean_at_k"])
-            self.run.log("run_end", rollouts=self.budget.spent, budget=self.budget.total,
+            self.run.log("run_end", rollouts=self.budget.spent, budget=self.budget_total(),
                          best_mean_at_k=best["mean_at_k"], best_at_rollouts=best["rollouts"],
                          final_mean_at_k=evals[-1]["mean_at_k"], accepted_id=state["accepted_id"],
                          by_phase=self.budget.by_phase, wall_s=time.time() - state["started"])
