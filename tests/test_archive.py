@@ -63,6 +63,26 @@ def test_accepted_is_best_at_the_current_weights_version_and_ties_go_to_the_earl
     assert [row[0] for row in archive.leaderboard(0)] == [a, b, seed]
 
 
+def test_equal_scores_go_to_the_candidate_with_fewer_mean_turns_then_to_the_earlier(tmp_path: Path) -> None:
+    """The authors' tie-break (fewer mean turns); whalekit broke ties by age before."""
+    from whalekit.types import Turn
+
+    def with_turns(n: int) -> list[Trajectory]:
+        trajs = _trajectories([True, False])
+        for t in trajs:
+            t.turns = [Turn([1], [2], "x", "eos", "") for _ in range(n)]
+        return trajs
+
+    archive = Archive.open(tmp_path, "toy")
+    seed = archive.ensure_seed(H0)
+    older, newer, same = (archive.add(H0 + f"\n# {name}\n", [seed]) for name in ("older", "newer", "same"))
+    for cid, turns in ((older, 3), (newer, 1), (same, 1)):
+        archive.record_evaluation(cid, 0, with_turns(turns), _modes(with_turns(turns)))
+    assert archive.entry(newer).scores[0]["mean_turns"] == 1.0
+    assert [row[0] for row in archive.leaderboard(0)] == [newer, same, older]
+    assert Archive.open(tmp_path, "toy").accepted(0) == newer  # read back from disk
+
+
 def test_report_groups_failures_and_shows_what_new_weights_solve_or_lose(tmp_path: Path) -> None:
     archive = Archive.open(tmp_path, "toy")
     seed = archive.ensure_seed(H0)

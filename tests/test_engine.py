@@ -155,7 +155,46 @@ def test_seeded_sampling_follows_the_model_distribution(tiny_policy):
     prompt = _prompts(tiny_policy.tokenizer, 1)[0]
     with torch.no_grad():
         probs = torch.softmax(sampler.model(torch.tensor([prompt])).logits[0, -1].float(), -1)
+    # The default keeps the 20 likeliest tokens (the authors' top_k) and renormalises over them.
+    kept = torch.topk(probs, 20).indices
+    probs = torch.zeros_like(probs).index_fill_(0, kept, 1.0) * probs
+    probs = probs / probs.sum()
     draws = sampler.generate([GenerationRequest(prompt, 1, seed=s) for s in range(400)], SamplingParams(1.0))
     top = int(probs.argmax())
     frequency = sum(d.token_ids[0] == top for d in draws) / len(draws)
     assert abs(frequency - float(probs[top])) < 4 * (float(probs[top]) * (1 - float(probs[top])) / 400) ** 0.5 + 0.01
+
+
+@pytest.mark.parametrize("seeded", [True, False])
+def test_sampling_defaults_to_the_authors_top_k_20_and_top_k_0_turns_it_off(tiny_policy, seeded):
+    """T 1 / top_p 1 / top_k 20 is the default (whalekit sampled the full vocabulary before)."""
+    import torch
+
+    sampler = tiny_policy.sampler
+    prompt = _prompts(tiny_policy.tokenizer, 1)[0]
+    with torch.no_grad():
+        logits = sampler.model(torch.tensor([prompt])).logits[0, -1].float()
+    top20 = set(torch.topk(logits, 20).indices.tolist())
+    assert SamplingParams().top_k == RolloutConfig().top_k == 20 and SamplingParams().top_p == 1.0
+
+    def first_tokens(params: SamplingParams) -> set[int]:
+        requests = [GenerationRequest(prompt, 1, seed=s if seeded else None) for s in range(200)]
+        return {c.token_ids[0] for c in sampler.generate(requests, params)}
+
+    assert first_tokens(SamplingParams(1.0)) <= top20
+    assert first_tokens(SamplingParams(1.0, top_k=0)) - top20  # the tiny random model is nearly flat
+    with pytest.raises(ValueError):
+        SamplingParams(top_k=-1)
+
+
+def test_the_vllm_sampler_passes_top_k_through():
+    from types import SimpleNamespace
+
+    from whalekit.samplers.vllm import VLLMSampler
+
+    sampler = VLLMSampler.__new__(VLLMSampler)
+    sampler.eos_ids, sampler.on_gpu, sampler._vllm = {0}, False, SimpleNamespace(SamplingParams=dict)
+    request = GenerationRequest([1, 2], 4)
+    assert sampler._sampling_params(request, SamplingParams(1.0), 0)["top_k"] == 20
+    assert sampler._sampling_params(request, SamplingParams(1.0, top_k=0), 0)["top_k"] == 0
+    assert sampler._sampling_params(request, SamplingParams(0.0), 0)["top_k"] == 0  # greedy

@@ -52,7 +52,7 @@ def test_plan_runs_each_domain_method_once_then_the_analysis(tmp_path):
     runs = [j for j in jobs if j.notebook == DOMAIN_RUN]
     # seven methods on toy, plus the grid's (1, 1) schedule; the grid's (0.5, 1) is the main WHALE run
     assert len(runs) == 8 and len({j.run_dir for j in runs}) == 8
-    assert {j.run_dir.name for j in runs} >= {"whale-0.5,1-s0", "whale-1,1-s0", "adaptive-s0"}
+    assert {j.run_dir.name for j in runs} >= {"whale-0.5,2-s0", "whale-1,2-s0", "adaptive-s0"}
     assert all(j.output.parent == (tmp_path / "runs" / "smoke" / "notebooks").resolve() for j in jobs)
 
 
@@ -61,14 +61,14 @@ def test_plan_without_the_grid_or_adaptive_leaves_out_their_runs_and_notebooks(t
                           methods=["whale", "weight_only"], grid=False)
     analysis = [n for n in ANALYSIS if n not in ("05_schedule_grid", "06_adaptive")]
     assert [j.label.split()[0] for j in jobs] == [QUICKSTART, DOMAIN_RUN, DOMAIN_RUN, *analysis]
-    assert {j.run_dir.name for j in jobs if j.run_dir} == {"whale-0.5,1-s0", "weight_only-s0"}
+    assert {j.run_dir.name for j in jobs if j.run_dir} == {"whale-0.5,2-s0", "weight_only-s0"}
 
 
 def test_timings_note_lists_every_notebook(tmp_path):
     timings = [{"notebook": "01_quickstart", "label": "01_quickstart", "wall_s": 3.2, "reused": False},
-               {"notebook": DOMAIN_RUN, "label": "02_domain_run toy/whale-0.5,1-s0", "wall_s": 0.0, "reused": True}]
+               {"notebook": DOMAIN_RUN, "label": "02_domain_run toy/whale-0.5,2-s0", "wall_s": 0.0, "reused": True}]
     text = reproduce.write_timings(timings, tmp_path).read_text()
-    assert "| 01_quickstart | 3.2 |" in text and "| 02_domain_run toy/whale-0.5,1-s0 | reused |" in text
+    assert "| 01_quickstart | 3.2 |" in text and "| 02_domain_run toy/whale-0.5,2-s0 | reused |" in text
     assert json.loads((tmp_path / "timings.json").read_text()) == timings
 
 

@@ -27,12 +27,12 @@ def runs_root(tmp_path_factory):
     write_run(tmp_path, "weight_only", [0.25, 0.5, 0.5])
     write_run(tmp_path, "stagewise", [0.0, 0.25, 0.5])
     write_run(tmp_path, "adaptive", [0.25, 0.25, 0.5, 0.5, 0.75])
-    write_run(tmp_path, "whale", [0.0, 1.0], schedule="1.0,1")  # a schedule-grid run, not the main one
+    write_run(tmp_path, "whale", [0.0, 1.0], schedule="1.0,2")  # a schedule-grid run, not the main one
     return tmp_path
 
 
 def test_best_so_far_never_decreases_and_is_in_percent(runs_root):
-    run = tables.load_run(runs_root / "smoke" / "toy" / "whale-0.5,1-s0")
+    run = tables.load_run(runs_root / "smoke" / "toy" / "whale-0.5,2-s0")
     assert run.best_so_far() == ([0, 32, 64], [25.0, 75.0, 75.0])
     assert run.best["rollouts"] == 32
 
@@ -40,7 +40,7 @@ def test_best_so_far_never_decreases_and_is_in_percent(runs_root):
 def test_main_table_takes_each_methods_default_schedule_and_averages_seeds(runs_root):
     table = tables.main_comparison(runs_root, "smoke")
     cells = dict(zip(table["method"], table["toy"]))
-    # whale seeds: best 75 and 100 -> mean 87.5, sample std 17.7; the (1.0, 1) grid run (100) is not "whale" here
+    # whale seeds: best 75 and 100 -> mean 87.5, sample std 17.7; the (1.0, 2) grid run (100) is not "whale" here
     assert cells == {"WHALE": "87.5 ± 17.7", "WHALE (adaptive)": "75.0", "weights only": "50.0",
                      "stagewise (W→H)": "50.0"}
     by_subset = tables.main_comparison(runs_root, "smoke", by_subset=True)
@@ -50,11 +50,11 @@ def test_main_table_takes_each_methods_default_schedule_and_averages_seeds(runs_
 def test_schedule_grid_table_lists_preset_schedules_plus_stagewise(runs_root):
     table = tables.schedule_grid(runs_root, "smoke")
     rows = {r["schedule"]: r for r in table.to_dict("records")}
-    assert list(rows) == ["(E=0.5, I=1)", "(E=1, I=1)", "stagewise (W→H)"]
-    assert rows["(E=1, I=1)"]["best mean@k (%)"] == "100.0"
-    assert rows["(E=1, I=1)"]["rollouts at best"] == "32"
-    assert rows["(E=1, I=1)"]["rollouts consumed"] == "32"
-    assert rows["(E=0.5, I=1)"]["seeds"] == 2
+    assert list(rows) == ["(E=0.5, I=2)", "(E=1, I=2)", "stagewise (W→H)"]
+    assert rows["(E=1, I=2)"]["best mean@k (%)"] == "100.0"
+    assert rows["(E=1, I=2)"]["rollouts at best"] == "32"
+    assert rows["(E=1, I=2)"]["rollouts consumed"] == "32"
+    assert rows["(E=0.5, I=2)"]["seeds"] == 2
 
 
 def test_unfinished_runs_are_left_out(tmp_path):
@@ -118,7 +118,7 @@ def test_adaptive_cycles_count_epochs_and_iterations(runs_root):
 def test_lineage_places_parents_between_children_and_highlights_the_accepted_path(runs_root):
     assert plots.lineage_layout({"a": None, "b": "a", "c": "a", "d": "c"}) == {
         "b": (1.0, 0.0), "d": (2.0, 1.0), "c": (1.0, 1.0), "a": (0.0, 0.5)}
-    root = runs_root / "smoke" / "toy" / "whale-0.5,1-s0"
+    root = runs_root / "smoke" / "toy" / "whale-0.5,2-s0"
     archive = Archive.open(root / "archive", "toy")
     accepted = RunDir(root).events("run_end")[-1]["accepted_id"]
     ax = plots.lineage_figure(archive, accepted).axes[0]
@@ -135,9 +135,9 @@ def test_save_figure_writes_non_empty_png_and_pdf(runs_root, tmp_path):
 
 
 def test_a_run_curve_names_the_run(runs_root):
-    run = tables.load_run(runs_root / "smoke" / "toy" / "whale-0.5,1-s0")
+    run = tables.load_run(runs_root / "smoke" / "toy" / "whale-0.5,2-s0")
     ax = plots.run_curve_figure(run).axes[0]
-    assert "whale-0.5,1-s0" in ax.get_title() and ax.get_ylabel() == "test mean@2 (%)"
+    assert "whale-0.5,2-s0" in ax.get_title() and ax.get_ylabel() == "test mean@2 (%)"
 
 
 def test_no_runs_is_a_clear_error(tmp_path):

@@ -21,9 +21,9 @@ def test_every_preset_resolves_for_every_domain_and_method(preset, tmp_path, mon
             Path(name).write_text("")
         for method in METHODS_ALL:
             config = resolve_config(preset, domain, method)
-            assert config.budget > 0 and config.eval_k > 0
-            if config.method in ("whale", "weight_only"):
-                assert config.budget % config.rsft.samples_per_problem == 0
+            assert config.eval_k > 0 and (config.budget.rollouts > 0 or config.budget.weight_steps > 0)
+            if config.method in ("whale", "weight_only") and config.budget.mode == "rollouts":
+                assert config.budget.rollouts % config.rsft.samples_per_problem == 0
 
 
 def test_missing_paper_data_is_listed(monkeypatch, tmp_path):

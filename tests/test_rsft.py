@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -143,3 +145,25 @@ def test_full_fine_tuning_also_syncs():
     merged = trainer.merged_state_dict()
     after = policy.sampler.model.state_dict()
     assert all(torch.equal(after[k], merged[k]) for k in after if k in merged)
+
+
+@pytest.mark.parametrize("minibatch", [1, 3, 0])
+def test_one_optimiser_step_per_mini_batch_of_accepted_trajectories(minibatch, monkeypatch):
+    """The authors' online RSFT: ceil(accepted / 64) optimiser steps per sampled batch (here
+    `minibatch` trajectories per step); 0 is whalekit's former one step per sampled batch."""
+    calls = []
+    original = rsft.token_normalised_loss
+
+    def spy(model, sequences, *args, **kwargs):
+        calls.append(len(sequences))
+        return original(model, sequences, *args, **kwargs)
+
+    monkeypatch.setattr(rsft, "token_normalised_loss", spy)
+    policy = load_policy("tiny-random")
+    trainer = _trainer(policy, minibatch_trajectories=minibatch)
+    record = trainer.step(InProcessHarness(ShortReply()))
+    assert 1 < record.accepted < record.sampled  # single-turn episodes: one sequence per trajectory
+    steps = math.ceil(record.accepted / minibatch) if minibatch else 1
+    assert record.step == trainer.state.step == len(calls) == steps
+    assert sum(calls) == record.accepted and policy.sampler.version == 1  # one sync after all the steps
+    assert RSFTConfig().minibatch_trajectories == 64

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from whalekit.schedules import Schedule, StageRecord, parse_schedule, should_switch
+from whalekit.schedules import AdaptiveConfig, Schedule, StageRecord, parse_schedule, should_switch, window_means
 
 
 def test_adaptive_rule_switches_after_patience_steps_without_improvement():
@@ -59,3 +59,36 @@ def test_schedule_text_and_bad_values():
         Schedule("nonsense", 0.2, 6)
     with pytest.raises(ValueError):
         Schedule("whale", 0, 6)
+
+
+def test_a_harness_stage_of_i_6_runs_5_proposer_iterations():
+    """The authors' counting: the incoming harness's evaluation is iteration 1."""
+    history = [StageRecord("weight", 10, 1)]
+    assert Schedule("whale", 0.6, 6).next_stage(history, 1000).iterations == 5
+    assert Schedule("whale", 0.6, 6, count_incoming=False).next_stage(history, 1000).iterations == 6
+    assert Schedule("harness_only", 0.6, 2).next_stage([], 1000).iterations == 1
+    with pytest.raises(ValueError, match="incoming"):
+        Schedule("whale", 0.6, 1)
+
+
+def test_adaptive_thresholds_default_to_the_authors_and_scale_by_epochs():
+    cfg = AdaptiveConfig()
+    assert (cfg.min_weight_epochs, cfg.weight_window_epochs, cfg.weight_patience_epochs) == (0.2, 0.2, 0.2)
+    assert (cfg.min_search_iterations, cfg.search_patience, cfg.max_search_iterations) == (5, 2, 15)
+    assert cfg.max_weight_epochs == 0  # no cap on a weight phase
+    assert cfg.weight_batches(0.2, 18_946, 256) == 15  # their search QA ROUND_STEPS for 0.2 epoch
+    assert cfg.weight_batches(0.2, 16_384, 256) == 13  # chess
+    assert cfg.weight_batches(0.2, 40, 8) == 1  # the cpu preset: one batch of 8
+    assert cfg.weight_batches(0.0, 40, 8) == 0  # 0: no cap
+    with pytest.raises(ValueError):
+        AdaptiveConfig(min_search_iterations=0)
+
+
+def test_the_weight_rule_windows_the_stages_rewards_and_switches_after_the_patience():
+    # window 2, min 2, patience 2: the windowed mean peaks at batch 3 and has not improved by batch 5.
+    rewards = [0.1, 0.3, 0.5, 0.2, 0.2, 0.9]
+    means = window_means(rewards, 2)
+    assert means == pytest.approx([0.1, 0.2, 0.4, 0.35, 0.2, 0.55])
+    switch_at = next(i for i in range(1, 7) if should_switch(window_means(rewards[:i], 2), 2, 2, 0))
+    assert switch_at == 5
+    assert not should_switch([0.1 * i for i in range(50)], 2, 2, 0)  # max 0: no cap, improving never switches

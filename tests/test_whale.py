@@ -54,7 +54,7 @@ def test_a_finished_run_is_reused_not_recomputed(tmp_path, monkeypatch):
 
 def test_a_finished_run_is_not_passed_off_as_the_result_of_a_changed_configuration(tmp_path):
     run_method(_config(tmp_path, "weight_only", budget=32), policy=load_policy("tiny-random"))
-    with pytest.raises(whale.StaleRunError, match=r"budget: 32 -> 48"):
+    with pytest.raises(whale.StaleRunError, match=r"budget.rollouts: 32 -> 48"):
         run_method(_config(tmp_path, "weight_only", budget=48))
     with pytest.raises(whale.StaleRunError, match=r"rsft\.lora_r: 16 -> 4"):
         run_method(_config(tmp_path, "weight_only", budget=32, rsft={"lora_r": 4}))
@@ -158,7 +158,7 @@ def test_a_run_killed_at_random_points_resumes_to_the_same_events(tmp_path):
     killed = tmp_path / "killed"
     rng = random.Random(1)
     kills = 0
-    events = RunDir(killed / "smoke" / "toy" / "whale-0.5,1-s0").events_path
+    events = RunDir(killed / "smoke" / "toy" / "whale-0.5,2-s0").events_path
     for _ in range(4):
         process = subprocess.Popen([sys.executable, "-c", _RUN_SCRIPT, str(killed)], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -174,7 +174,67 @@ def test_a_run_killed_at_random_points_resumes_to_the_same_events(tmp_path):
         process.wait()
     subprocess.run([sys.executable, "-c", _RUN_SCRIPT, str(killed)], check=True, env=env, capture_output=True)
     assert kills >= 2
-    a = RunDir(straight / "smoke" / "toy" / "whale-0.5,1-s0")
-    b = RunDir(killed / "smoke" / "toy" / "whale-0.5,1-s0")
+    a = RunDir(straight / "smoke" / "toy" / "whale-0.5,2-s0")
+    b = RunDir(killed / "smoke" / "toy" / "whale-0.5,2-s0")
     assert without_timings(b.events()) == without_timings(a.events())
     assert json.loads((b.root / "state.json").read_text())["finished"]
+
+
+def _stages(run) -> list[tuple[str, int]]:
+    """(kind, steps) of every finished stage."""
+    return [(e["kind"], e["steps"]) for e in run.events("stage_end")]
+
+
+@pytest.mark.parametrize("count_incoming, proposer_iterations", [(True, 2), (False, 3)])
+def test_i_counts_the_incoming_harness_as_iteration_1(tmp_path, count_incoming, proposer_iterations):
+    """The authors' (E, I): I = 3 is the incoming harness's evaluation and 2 proposer iterations."""
+    run = run_method(_config(tmp_path, "whale", schedule="0.5,3", budget=400,
+                             search={"count_incoming": count_incoming}), policy=load_policy("tiny-random"))
+    harness_stages = [e for e in run.events("stage_start") if e["kind"] == "harness"]
+    assert harness_stages and {e["iterations"] for e in harness_stages} == {proposer_iterations}
+    assert ("harness", proposer_iterations) in _stages(run)
+
+
+def test_each_harness_phase_gets_a_fresh_archive_seeded_with_the_incoming_harness(tmp_path):
+    from whalekit.archive import Archive, archive_folders
+
+    run = run_method(_config(tmp_path, "whale", budget=200), policy=load_policy("tiny-random"))
+    folders = archive_folders(run.root / "archive")
+    assert [f.name for f in folders] == [f"round-{i:03d}" for i in range(1, len(folders) + 1)] and len(folders) >= 2
+    accepted = [e["accepted_id"] for e in run.events("search_iteration")]
+    for folder in folders:
+        archive = Archive.open(folder, "toy")
+        seeds = [e for e in archive.entries() if e.proposer == "seed"]
+        assert len(seeds) == 1 and seeds[0].hypothesis == "the incoming harness"
+        # The incoming harness and this round's candidates, all scored at one weights version.
+        assert len({v for e in archive.entries() for v in e.scores}) == 1
+        assert archive.accepted() in accepted
+    # run scope: whalekit's former single archive across weight versions.
+    single = run_method(_config(tmp_path / "run", "whale", budget=200, search={"archive_scope": "run"}),
+                        policy=load_policy("tiny-random"))
+    assert archive_folders(single.root / "archive") == [single.root / "archive"]
+
+
+def test_weight_steps_budget_gives_equal_weight_steps_and_puts_search_on_top(tmp_path):
+    budget = {"mode": "weight_steps", "weight_steps": 3, "search_iterations": 2}
+    policy = load_policy("tiny-random")
+    whale_run = run_method(_config(tmp_path, "whale", budget=budget), policy=policy)
+    weight_run = run_method(_config(tmp_path, "weight_only", budget=budget), policy=load_policy("tiny-random"))
+    for run in (whale_run, weight_run):
+        assert len(run.events("rsft_batch")) == 3
+        assert _stages(run)[-1][0] == "weight"  # the run ends after its last weight stage
+        assert run.events("run_end")[-1]["budget"] is None
+    assert whale_run.events("search_iteration")  # on top: whale samples more rollouts than weight_only
+    assert whale_run.events("run_end")[-1]["rollouts"] > weight_run.events("run_end")[-1]["rollouts"]
+    harness_run = run_method(_config(tmp_path, "harness_only", budget=budget), policy=load_policy("tiny-random"))
+    assert len(harness_run.events("search_iteration")) == 2
+    with pytest.raises(ValueError, match="search_iterations"):
+        _config(tmp_path, "harness_only", budget={"mode": "weight_steps", "weight_steps": 3})
+
+
+def test_adaptive_harness_stages_run_the_minimum_of_proposer_iterations(tmp_path):
+    run = run_method(_config(tmp_path, "adaptive", budget=400, adaptive={"min_search_iterations": 2,
+                                                                          "max_search_iterations": 3}),
+                     policy=load_policy("tiny-random"))
+    harness = [steps for kind, steps in _stages(run) if kind == "harness"]
+    assert harness and all(2 <= steps <= 3 for steps in harness[:-1])  # the last may stop for the budget

@@ -12,6 +12,10 @@ version that produced it, and `accepted()` ranks candidates at the newest versio
 The archive only ever receives search-split tasks (the search loop's contract).
 
     archive = Archive.open(run_dir / "archive", "toy"); seed = archive.ensure_seed(h0_source)
+
+A run keeps one archive (`search.archive_scope: run`) or a fresh one per harness phase
+(`round`, the authors': the incoming harness as its seed plus that phase's candidates);
+`archive_folders(run_dir / "archive")` lists them either way.
     print(archive.report()); best = archive.accepted()
 """
 
@@ -73,7 +77,7 @@ class Entry:
     iteration: int
     status: str = "proposed"
     failure_reason: str | None = None
-    scores: dict[int, dict[str, Any]] = field(default_factory=dict)  # weights version -> {score, n, correct}
+    scores: dict[int, dict[str, Any]] = field(default_factory=dict)  # version -> {score, n, correct, mean_turns}
     created: float = 0.0
 
     def score(self, weights_version: int) -> float | None:
@@ -173,6 +177,7 @@ class Archive:
         n = len(trajectories)
         score = sum(t.reward for t in trajectories) / n if n else 0.0
         entry.scores[weights_version] = {"score": score, "n": n, "correct": sum(t.correct for t in trajectories),
+                                         "mean_turns": sum(len(t.turns) for t in trajectories) / n if n else 0.0,
                                          "evaluated": time.time()}
         atomic_write(folder / "scores.json", _dumps({str(k): v for k, v in entry.scores.items()}))
         entry.status = "failed" if failure_reason else "evaluated"
@@ -222,10 +227,12 @@ class Archive:
         return [Trajectory.from_json(row) for row in _read_jsonl(path)] if path.exists() else []
 
     def leaderboard(self, weights_version: int | None = None) -> list[tuple[str, float, int]]:
-        """(id, score, n) at one weights version, best first; ties go to the earlier candidate."""
+        """(id, score, n) at one weights version, best first. Ties go to the candidate with
+        fewer mean model turns per episode (the authors' tie-break), then to the earlier one."""
         version = self.latest_weights_version() if weights_version is None else weights_version
         rows = [(e, e.score(version)) for e in self.entries() if version is not None]
-        ranked = sorted(((e, s) for e, s in rows if s is not None), key=lambda pair: (-pair[1], pair[0].seq))
+        ranked = sorted(((e, s) for e, s in rows if s is not None),
+                        key=lambda pair: (-pair[1], _mean_turns(pair[0].scores[version]), pair[0].seq))
         return [(e.id, s, int(e.scores[version]["n"])) for e, s in ranked]
 
     def accepted(self, weights_version: int | None = None) -> str:
@@ -268,6 +275,38 @@ class Archive:
         from whalekit.proposers.report import render_report
 
         return render_report(self, weights_version, top, failures_per_mode, max_diff_lines)
+
+
+ARCHIVE_SCOPES = ("round", "run")
+
+
+def round_folder(root: Path, round_index: int) -> Path:
+    """Where a run with `search.archive_scope: round` keeps the archive of one harness phase."""
+    return Path(root) / f"round-{round_index:03d}"
+
+
+def archive_folders(root: str | Path) -> list[Path]:
+    """Every archive under a run's `archive/` folder, oldest first: the folder itself
+    (`archive_scope: run`) or one `round-NNN` folder per harness phase (`round`)."""
+    root = Path(root)
+    rounds = sorted(p for p in root.glob("round-*") if p.is_dir())
+    return rounds or ([root] if (root / "candidates").exists() else [])
+
+
+def archive_holding(root: str | Path, domain: str, candidate_id: str | None = None,
+                    proposed: bool = False) -> Archive | None:
+    """The newest archive of a run that holds `candidate_id` (any archive when None); with
+    `proposed`, only one where it was proposed rather than seeded as the incoming harness."""
+    for folder in reversed(archive_folders(root)):
+        archive = Archive.open(folder, domain)
+        if candidate_id is None or (candidate_id in archive and not (proposed and candidate_id == archive.seed_id())):
+            return archive
+    return None
+
+
+def _mean_turns(record: dict[str, Any]) -> float:
+    """An evaluation's mean model turns; records written before whalekit kept it rank last among ties."""
+    return float(record.get("mean_turns", float("inf")))
 
 
 def _normalised(source: str) -> str:

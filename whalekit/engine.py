@@ -28,6 +28,7 @@ from whalekit.types import Task, TaskView, ToolResult, Trajectory, Turn
 class RolloutConfig:
     temperature: float = 1.0  # sampling temperature; 0 is greedy
     top_p: float = 1.0  # nucleus sampling mass
+    top_k: int = 20  # keep the k likeliest tokens (the authors' setting); 0 disables top-k
     seed: int = 0  # run seed; per-call seeds derive from (seed, step, call)
     step: int = 0  # caller's step counter (training batch, search iteration), for seeds
     max_context_tokens: int = 4096  # prompt + new tokens beyond this ends the episode
@@ -149,7 +150,8 @@ def rollout(domain: Domain, episodes: list[Episode], sampler: Sampler, config: R
                 owners.append(item)
             if not requests:
                 continue
-            params = SamplingParams(config.temperature, config.top_p, _derive_seed(config.seed, config.step, call))
+            params = SamplingParams(config.temperature, config.top_p, _derive_seed(config.seed, config.step, call),
+                                    config.top_k)
             call += 1
             completions = sampler.generate(requests, params)
             for item, req, completion in zip(owners, requests, completions):

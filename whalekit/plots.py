@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from whalekit.schedules import AdaptiveConfig
 from whalekit.tables import DOMAIN_ORDER, METHOD_LABELS, METHOD_ORDER, RunSummary, schedule_label
 
 # Colour-blind-safe (Okabe–Ito), one per method, identical in every figure.
@@ -285,8 +286,11 @@ def adaptive_figure(runs: list[RunSummary]) -> Figure:
         cycles = adaptive_cycles(run)
         adaptive = run.config.get("adaptive", {})
         rsft = run.config.get("rsft", {})
-        min_epochs = adaptive.get("min_weight_batches", 1) * rsft.get("batch_problems", 1) / max(
-            1, run.config.get("n_train", 1))
+        n_train, batch = max(1, run.config.get("n_train", 1)), rsft.get("batch_problems", 1)
+        min_batches = adaptive.get("min_weight_batches", 1)  # runs made before min_weight_epochs existed
+        if "min_weight_epochs" in adaptive:  # the rule's minimum, in whole batches as the driver runs it
+            min_batches = AdaptiveConfig().weight_batches(adaptive["min_weight_epochs"], n_train, batch)
+        min_epochs = min_batches * batch / n_train
         xs = [c["cycle"] for c in cycles]
         ax.bar(xs, [c["epochs"] for c in cycles], 0.6, color=colour, label="RSFT epochs (bars)")
         ax.axhline(min_epochs, ls="--", color=colour, lw=0.9, label="minimum weight stage")

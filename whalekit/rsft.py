@@ -47,7 +47,10 @@ class RSFTConfig:
     warmup_steps: int = 2  # linear warm-up, then constant: WHALE calls the trainer in short stages
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    micro_batch_sequences: int = 8  # sequences per forward pass; gradients accumulate over a batch
+    # Accepted trajectories per optimiser step: ceil(accepted / this) steps per sampled batch,
+    # as the authors' online RSFT (64 of 256 prompts x 8); 0 = one step per sampled batch.
+    minibatch_trajectories: int = 64
+    micro_batch_sequences: int = 8  # sequences per forward pass; gradients accumulate over a mini-batch
     max_seq_len: int = 1024  # a turn longer than this (prompt + completion) is dropped from training, and counted
     lora: bool = True  # LoRA via peft; False = full fine-tuning
     lora_r: int = 16
@@ -60,6 +63,8 @@ class RSFTConfig:
     # "auto" = unsloth where it imports and CUDA is present, else peft with one logged warning.
     backend: str = "peft"  # peft | unsloth | auto
     temperature: float = 1.0  # behaviour-policy sampling temperature
+    top_p: float = 1.0  # behaviour-policy nucleus mass
+    top_k: int = 20  # behaviour-policy top-k (the authors' 20); 0 disables top-k
     max_context_tokens: int = 4096  # engine limit per episode
     reward_window: int = 4  # batches in the sliding-window mean training reward
     seed: int = 0
@@ -67,8 +72,12 @@ class RSFTConfig:
     def __post_init__(self) -> None:
         if min(self.batch_problems, self.samples_per_problem, self.micro_batch_sequences, self.max_seq_len) <= 0:
             raise ValueError("RSFTConfig sizes must be positive")
+        if self.minibatch_trajectories < 0:
+            raise ValueError("minibatch_trajectories must be >= 0 (0: one optimiser step per sampled batch)")
         if self.learning_rate <= 0 or self.reward_window <= 0:
             raise ValueError("learning_rate and reward_window must be positive")
+        if self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise ValueError("top_k must be >= 0 (0 disables it) and top_p in (0, 1]")
         _check_choice("train_dtype", self.train_dtype, TRAIN_DTYPES)
         _check_choice("backend", self.backend, BACKENDS)
         if self.backend == "unsloth" and not self.lora:
@@ -77,7 +86,7 @@ class RSFTConfig:
 
 @dataclass
 class BatchRecord:
-    """What one RSFT batch did; the adaptive schedule switches on `reward_window_mean`."""
+    """What one RSFT batch did; the adaptive schedule windows `reward` over its stage."""
 
     step: int  # optimiser steps taken after this batch
     policy_version: int  # sampler weights version that produced the batch (behaviour policy)
@@ -302,7 +311,8 @@ class RSFTTrainer:
         version = self.sampler.version
         t0 = time.perf_counter()
         trajectories = rollout(self.domain, episodes, self.sampler, RolloutConfig(
-            temperature=cfg.temperature, seed=cfg.seed, step=self.state.batches, progress=False,
+            temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, seed=cfg.seed, step=self.state.batches,
+            progress=False,
             max_context_tokens=cfg.max_context_tokens, description="rsft"), policy_version=version)
         sample_seconds = time.perf_counter() - t0
         self.last_trajectories = trajectories
@@ -319,28 +329,38 @@ class RSFTTrainer:
                            sample_seconds, train_seconds)
 
     def update(self, accepted: list[Trajectory]) -> tuple[float | None, int, int, float]:
-        """One optimiser step on the accepted trajectories, then sync the sampler."""
+        """Optimiser steps on the accepted trajectories, one per mini-batch of
+        `minibatch_trajectories` of them in sampling order (the authors' ceil(accepted / 64)
+        steps per sampled batch; 0 = one step on the whole batch), then one sampler sync.
+        Returns the token-weighted mean loss, trained tokens, dropped turns and seconds."""
         import torch
 
-        sequences, dropped = [], 0
-        for traj in accepted:
-            seqs, d = training_sequences(traj, self.config.max_seq_len)
-            sequences += seqs
-            dropped += d
-        if not sequences:
-            return None, 0, dropped, 0.0
+        size = self.config.minibatch_trajectories or max(1, len(accepted))
+        dropped, loss_tokens, total_tokens = 0, 0.0, 0
         t0 = time.perf_counter()
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss, tokens = token_normalised_loss(self.model, sequences, self.config.micro_batch_sequences, self.pad_id,
-                                             self.autocast)
-        torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
-                                       self.config.max_grad_norm)
-        self.optimizer.step()
-        self.scheduler.step()
-        self.state.step += 1
+        for start in range(0, len(accepted), size):
+            sequences = []
+            for traj in accepted[start:start + size]:
+                seqs, d = training_sequences(traj, self.config.max_seq_len)
+                sequences += seqs
+                dropped += d
+            if not sequences:
+                continue
+            self.model.train()
+            self.optimizer.zero_grad(set_to_none=True)
+            loss, tokens = token_normalised_loss(self.model, sequences, self.config.micro_batch_sequences,
+                                                 self.pad_id, self.autocast)
+            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
+                                           self.config.max_grad_norm)
+            self.optimizer.step()
+            self.scheduler.step()
+            self.state.step += 1
+            loss_tokens += loss * tokens
+            total_tokens += tokens
+        if not total_tokens:
+            return None, 0, dropped, 0.0
         self.sync_sampler()
-        return loss, tokens, dropped, time.perf_counter() - t0
+        return loss_tokens / total_tokens, total_tokens, dropped, time.perf_counter() - t0
 
     # -- weights ------------------------------------------------------------------------
     def merged_state_dict(self) -> dict[str, Any]:

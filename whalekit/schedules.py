@@ -10,6 +10,7 @@ driver never hands it a test or validation score, so it cannot peek.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -21,7 +22,7 @@ METHODS = ("whale", "weight_only", "harness_only", "stagewise", "stagewise_rever
 class Stage:
     kind: Kind
     epochs: float = 0.0  # weight stages: epochs of the training set (fractional)
-    iterations: int = 0  # harness stages: search iterations
+    iterations: int = 0  # harness stages: proposer iterations (the incoming harness's evaluation not counted)
     adaptive: bool = False  # length decided step by step by the adaptive rule
 
 
@@ -36,14 +37,36 @@ class StageRecord:
 
 @dataclass
 class AdaptiveConfig:
-    min_weight_batches: int = 2  # a weight stage runs at least this many RSFT batches
-    min_search_iterations: int = 2  # a harness stage runs at least this many iterations
-    patience: int = 2  # switch after this many steps without improvement of the stage's signal
-    max_stage_steps: int = 12  # a stage never runs longer than this many steps
+    """The adaptive rule's thresholds, the authors' by default. Weight-stage lengths are in
+    epochs of the training set (converted to RSFT batches at the run's n_train and batch
+    size); harness-stage lengths in proposer iterations (the incoming harness's evaluation
+    is not one of them)."""
+
+    min_weight_epochs: float = 0.2  # a weight stage runs at least this long
+    weight_window_epochs: float = 0.2  # the training reward is averaged over a sliding window this long
+    weight_patience_epochs: float = 0.2  # switch after this long without a new best windowed reward
+    max_weight_epochs: float = 0.0  # a weight stage never runs longer; 0 = no cap (the authors' rule has none)
+    min_search_iterations: int = 5  # a harness stage runs at least this many proposer iterations
+    search_patience: int = 2  # switch after this many iterations without a new best search-split score
+    max_search_iterations: int = 15  # a harness stage never runs more proposer iterations than this
 
     def __post_init__(self) -> None:
-        if min(self.min_weight_batches, self.min_search_iterations, self.patience, self.max_stage_steps) < 1:
-            raise ValueError("adaptive schedule lengths and patience must be >= 1")
+        if min(self.min_weight_epochs, self.weight_window_epochs, self.weight_patience_epochs) <= 0:
+            raise ValueError("adaptive weight-stage lengths (epochs) must be positive")
+        if self.max_weight_epochs < 0:
+            raise ValueError("max_weight_epochs must be >= 0 (0: no cap)")
+        if min(self.min_search_iterations, self.search_patience, self.max_search_iterations) < 1:
+            raise ValueError("adaptive harness-stage iterations and patience must be >= 1")
+
+    def weight_batches(self, epochs: float, n_train: int, batch_problems: int) -> int:
+        """An epoch length in RSFT batches: at least one batch (0 stays 0, for 'no cap')."""
+        return 0 if epochs == 0 else max(1, math.ceil(round(epochs * n_train / batch_problems, 9)))
+
+
+def window_means(rewards: list[float], window: int) -> list[float]:
+    """The sliding-window mean of a stage's per-batch training rewards after each batch."""
+    return [sum(rewards[max(0, i + 1 - window):i + 1]) / len(rewards[max(0, i + 1 - window):i + 1])
+            for i in range(len(rewards))]
 
 
 def should_switch(signals: list[float], min_steps: int, patience: int, max_steps: int) -> bool:
@@ -51,8 +74,8 @@ def should_switch(signals: list[float], min_steps: int, patience: int, max_steps
     each of its steps so far (weight phase: sliding-window mean training reward; harness
     phase: best search-split score in the archive). Switch once the stage is at least
     `min_steps` long and the signal has not improved on its running best for `patience`
-    steps, or the stage reached `max_steps`."""
-    if len(signals) >= max_steps:
+    steps, or the stage reached `max_steps` (0: no maximum)."""
+    if max_steps and len(signals) >= max_steps:
         return True
     if len(signals) < min_steps:
         return False
@@ -67,17 +90,28 @@ class Schedule:
     iterations: int  # I
     stagewise_split: float = 0.5  # stagewise: share of the budget spent in the first phase
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    # The authors' counting: I includes the evaluation of the incoming harness as iteration 1,
+    # so a harness stage runs I - 1 proposer iterations. False: I proposer iterations.
+    count_incoming: bool = True
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}; known: {', '.join(METHODS)}")
         if self.epochs <= 0 or self.iterations <= 0:
             raise ValueError("a schedule needs E > 0 epochs and I > 0 iterations per stage")
+        if self.count_incoming and self.iterations < 2 and self.method not in ("weight_only", "adaptive"):
+            raise ValueError(f"I = {self.iterations}: I counts the incoming harness's evaluation as iteration 1, "
+                             f"so a harness stage needs I >= 2 (or search.count_incoming=false)")
+
+    @property
+    def proposer_iterations(self) -> int:
+        """Proposer iterations per harness stage: I - 1 under the authors' counting."""
+        return self.iterations - 1 if self.count_incoming else self.iterations
         if not 0 < self.stagewise_split < 1:
             raise ValueError("stagewise_split must lie strictly between 0 and 1")
 
     def next_stage(self, history: list[StageRecord], budget_total: int) -> Stage:
-        weight, harness = Stage("weight", epochs=self.epochs), Stage("harness", iterations=self.iterations)
+        weight, harness = Stage("weight", epochs=self.epochs), Stage("harness", iterations=self.proposer_iterations)
         last = history[-1].kind if history else None
         if self.method == "weight_only":
             return weight

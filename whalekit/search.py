@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from whalekit.archive import Archive
+from whalekit.archive import ARCHIVE_SCOPES, Archive
 from whalekit.budget import RolloutBudget
 from whalekit.domains.base import Domain
 from whalekit.engine import Episode, RolloutConfig, rollout
@@ -37,10 +37,19 @@ BUDGET_PHASE = "search"
 
 @dataclass
 class SearchConfig:
-    iterations: int = 6  # I: proposer calls per stage
+    iterations: int = 6  # proposer iterations this call of run_search_stage runs
+    # (E, I) counting in the driver: True (the authors') = I includes the incoming harness's
+    # evaluation as iteration 1, so a harness stage runs I - 1 proposer iterations; False = I.
+    count_incoming: bool = True
+    # Which candidates compete: "round" (the authors') = a fresh archive each harness phase,
+    # seeded with the incoming harness; "run" = one archive for the run, re-scoring the
+    # accepted harness and the top few whenever the weights changed.
+    archive_scope: str = "round"  # round | run
     candidates_per_iteration: int = 4  # M: candidates asked of the proposer per iteration
     rescore_top: int = 3  # re-score accepted + top-k at stage start when the weights changed
     temperature: float = 1.0  # sampling temperature of the evaluation rollouts
+    top_p: float = 1.0  # nucleus mass of the evaluation rollouts
+    top_k: int = 20  # top-k of the evaluation rollouts (the authors' 20); 0 disables top-k
     max_context_tokens: int = 4096  # per-episode context limit in evaluation rollouts
     hook_timeout_s: float = 5.0  # wall-clock limit per harness hook call in a worker
     memory_mb: int = 1024  # address-space limit of a worker
@@ -48,8 +57,10 @@ class SearchConfig:
     def __post_init__(self) -> None:
         if self.iterations < 0 or self.candidates_per_iteration < 1 or self.rescore_top < 0:
             raise ValueError("iterations >= 0, candidates_per_iteration >= 1 and rescore_top >= 0 are required")
-        if self.temperature < 0 or self.max_context_tokens <= 0:
-            raise ValueError("temperature must be >= 0 and max_context_tokens positive")
+        if self.temperature < 0 or self.max_context_tokens <= 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise ValueError("temperature and top_k must be >= 0, top_p in (0, 1] and max_context_tokens positive")
+        if self.archive_scope not in ARCHIVE_SCOPES:
+            raise ValueError(f"archive_scope {self.archive_scope!r}: use one of {', '.join(ARCHIVE_SCOPES)}")
         IsolationLimits(self.hook_timeout_s, memory_mb=self.memory_mb)  # checks the limits
 
     def limits(self) -> IsolationLimits:
@@ -70,7 +81,8 @@ def evaluate_candidates(domain: Domain, archive: Archive, candidate_ids: list[st
             runtimes[cid] = IsolatedHarness(source, config.limits(), cid)  # never in the driver's process
         episodes = [Episode(task, runtimes[cid], k) for cid in candidate_ids for k, task in enumerate(tasks)]
         trajectories = rollout(domain, episodes, sampler, RolloutConfig(
-            temperature=config.temperature, seed=seed, step=step, max_context_tokens=config.max_context_tokens,
+            temperature=config.temperature, top_p=config.top_p, top_k=config.top_k, seed=seed, step=step,
+            max_context_tokens=config.max_context_tokens,
             progress=False, description="search"), policy_version=weights_version)
     finally:
         for runtime in runtimes.values():

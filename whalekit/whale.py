@@ -20,19 +20,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whalekit.budget import RolloutBudget
+from whalekit.budget import BudgetConfig, RolloutBudget
 from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.episode import harness_id
 from whalekit.presets import load_preset, missing_data_files
 from whalekit.rsft import RSFTConfig
 from whalekit.runs import RunDir
-from whalekit.schedules import AdaptiveConfig, Schedule, Stage, StageRecord, parse_schedule, should_switch
+from whalekit.schedules import AdaptiveConfig, Schedule, Stage, StageRecord, parse_schedule, should_switch, window_means
 from whalekit.search import SearchConfig
 from whalekit.types import Task, Trajectory
 
 METHODS_ALL = ("whale", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
 WEIGHT_METHODS = ("whale", "weight_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
 SEARCH_METHODS = ("whale", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
+# budget.mode=weight_steps: methods whose search is capped by budget.search_iterations (the
+# others search only between weight stages, as long as weight steps remain).
+SEARCH_CAPPED = ("harness_only", "stagewise", "stagewise_reverse")
 
 
 @dataclass
@@ -47,7 +51,9 @@ class RunConfig:
     # VLLMSampler options (vllm / auto samplers): gpu_memory_fraction (vLLM's share of a GPU it
     # shares with the trainer), max_model_len, kv_cache_gib (CPU), dtype, enforce_eager, ...
     vllm_options: dict[str, Any] = field(default_factory=dict)
-    budget: int = 1024  # total rollouts for training + search (test evaluation is free)
+    # mode rollouts (one shared rollout budget) | weight_steps (equal RSFT batches, search on top);
+    # an int is a rollouts-mode budget of that many rollouts.
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
     n_train: int = 32  # weight-training problems
     n_search: int = 16  # harness-search problems
     n_test: int = 32  # test problems
@@ -58,7 +64,9 @@ class RunConfig:
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     stagewise_split: float = 0.5  # stagewise: budget share of the first phase
     eval_k: int = 8  # test mean@k: k samples per test problem
-    eval_temperature: float = 1.0
+    eval_temperature: float = 1.0  # test sampling: T 1 / top_p 1 / top_k 20, as the authors evaluated
+    eval_top_p: float = 1.0
+    eval_top_k: int = 20  # 0 disables top-k
     proposer: str = "reflective"  # reflective | anthropic | openai
     proposer_options: dict[str, Any] = field(default_factory=dict)
     runs_root: str = "runs"
@@ -72,8 +80,14 @@ class RunConfig:
             raise ValueError(f"isolation must be 'sandbox' or 'none', got {self.isolation!r}")
         if self.method not in WEIGHT_METHODS + SEARCH_METHODS:
             raise ValueError(f"unknown method {self.method!r}")
-        if min(self.budget, self.n_test, self.eval_k) <= 0:
-            raise ValueError("budget, n_test and eval_k must be positive")
+        if isinstance(self.budget, int):
+            self.budget = BudgetConfig(rollouts=self.budget)
+        elif isinstance(self.budget, dict):
+            self.budget = BudgetConfig(**self.budget)
+        if min(self.n_test, self.eval_k) <= 0 or min(self.eval_top_k, self.eval_temperature) < 0:
+            raise ValueError("n_test and eval_k must be positive, eval_top_k and eval_temperature >= 0")
+        if self.budget.mode == "weight_steps" and self.method in SEARCH_CAPPED and self.budget.search_iterations <= 0:
+            raise ValueError(f"{self.method} in budget.mode=weight_steps needs budget.search_iterations > 0")
         if self.method in WEIGHT_METHODS and self.n_train <= 0:
             raise ValueError(f"{self.method} trains weights: n_train must be positive")
         if self.method in SEARCH_METHODS and self.n_search <= 0:
@@ -109,8 +123,11 @@ def resolve_config(preset: str = "cpu", domain: str = "chess", method: str = "wh
     data.pop("notes", None)
     if domain not in domains:
         raise ValueError(f"preset {preset!r} has no section for domain {domain!r}; it has {sorted(domains)}")
-    merged = _deep_merge(data, domains[domain])
-    merged = _deep_merge(merged, overrides)
+    layers = [data, dict(domains[domain]), dict(overrides)]
+    for layer in layers:  # `budget: 512` is shorthand for `budget: {rollouts: 512}`
+        if isinstance(layer.get("budget"), int):
+            layer["budget"] = {"rollouts": layer["budget"]}
+    merged = _deep_merge(_deep_merge(layers[0], layers[1]), layers[2])
     if schedule is not None:
         merged["schedule"] = schedule
     missing = missing_data_files(merged.get("split_options", {}))
@@ -144,11 +161,12 @@ def mean_at_k(trajectories: list[Trajectory], domain: Domain) -> dict[str, Any]:
 
 
 def evaluate_test(domain: Domain, harness: Any, sampler: Any, tasks: list[Task], k: int, temperature: float,
-                  seed: int, index: int) -> list[Trajectory]:
+                  seed: int, index: int, top_p: float = 1.0, top_k: int = 20) -> list[Trajectory]:
     """k rollouts per test task with the current weights and accepted harness; never charged."""
     episodes = [Episode(task, harness, i) for task in tasks for i in range(k)]
-    return rollout(domain, episodes, sampler, RolloutConfig(temperature=temperature, seed=seed + 7_777_777,
-                                                            step=index, description=f"test eval {index}"))
+    return rollout(domain, episodes, sampler, RolloutConfig(temperature=temperature, top_p=top_p, top_k=top_k,
+                                                            seed=seed + 7_777_777, step=index,
+                                                            description=f"test eval {index}"))
 
 
 def make_proposer(name: str, domain: Domain, archive: Any, seed: int, options: dict[str, Any],
@@ -201,18 +219,49 @@ class _Driver:
                 if config.sampler != "hf" else load_policy(config.model)
         self.policy = policy
         self.sampler = policy.sampler
-        self.budget = RolloutBudget(config.budget)
+        self.budget = RolloutBudget(config.budget.rollout_total)
         self.h0_source = self.domain.initial_harness_source()
-        self.archive = Archive.open(self.run.root / "archive", self.domain.name)
-        self.seed_id = self.archive.ensure_seed(self.h0_source)
+        self.seed_id = harness_id(self.h0_source)  # h0: shipped with whalekit, the only trusted harness
+        self.archive_root = self.run.root / "archive"
+        self.archive: Any = None  # the archive of the current harness phase (opened by `open_archive`)
+        if config.search.archive_scope == "run":
+            self.archive = Archive.open(self.archive_root, self.domain.name)
+            self.archive.ensure_seed(self.h0_source)
         self.trainer = None
         if config.method in WEIGHT_METHODS:
             from whalekit.rsft import RSFTTrainer
 
             self.trainer = RSFTTrainer(policy, self.domain, self.splits.train, config.rsft, self.budget)
         epochs, iterations = config.schedule
-        self.schedule = Schedule(config.method, epochs, iterations, config.stagewise_split, config.adaptive)
+        self.schedule = Schedule(config.method, epochs, iterations, config.stagewise_split, config.adaptive,
+                                 config.search.count_incoming)
         self._runtimes: dict[str, Any] = {}
+
+    def open_archive(self, state: dict[str, Any]) -> Any:
+        """The archive this harness stage searches. `run` scope: the run's one archive.
+        `round` scope: a fresh archive per harness phase (a phase starts after every weight
+        stage; harness_only has one), seeded with the incoming harness."""
+        from whalekit.archive import Archive, round_folder
+
+        if self.config.search.archive_scope == "run":
+            return self.archive
+        phase = sum(1 for h in state["history"] if h["kind"] == "weight")
+        root = round_folder(self.archive_root, phase)
+        if self.archive is None or self.archive.root != root:
+            self.archive = Archive.open(root, self.domain.name)
+            self.archive.ensure_seed(self.source(state["accepted_id"]), hypothesis="the incoming harness")
+        return self.archive
+
+    def source(self, candidate_id: str) -> str:
+        if candidate_id == self.seed_id:
+            return self.h0_source
+        from whalekit.archive import archive_folders
+
+        for folder in archive_folders(self.archive_root):
+            path = folder / "candidates" / candidate_id / "harness.py"
+            if path.exists():
+                return path.read_text(encoding="utf-8")
+        raise KeyError(f"no harness {candidate_id!r} in {self.archive_root}")
 
     def _make_proposer(self, step: int = 0) -> Any:
         return make_proposer(self.config.proposer, self.domain, self.archive, self.config.seed * 100_003 + step,
@@ -221,7 +270,7 @@ class _Driver:
     # -- harness runtimes -----------------------------------------------------------------
     def runtime(self, candidate_id: str) -> Any:
         if candidate_id not in self._runtimes:
-            source = self.archive.source(candidate_id)
+            source = self.source(candidate_id)
             if candidate_id == self.seed_id:
                 self._runtimes[candidate_id] = InProcessHarness(source, candidate_id)  # shipped with whalekit: trusted
             else:
@@ -243,10 +292,49 @@ class _Driver:
         return {"schema_version": 1, "step": 0, "stage": None, "stage_steps": 0, "stage_problems": 0,
                 "stage_signals": [], "stage_rollouts_start": 0, "history": [], "accepted_id": self.seed_id,
                 "evaluations": 0, "checkpoint": None, "stalled": 0, "finished": False, "started": time.time(),
-                "search_rollouts": 0}
+                "search_rollouts": 0, "search_iterations": 0}
+
+    def budget_total(self) -> int | None:
+        """The rollout budget (None in weight_steps mode, where rollouts are counted, not capped)."""
+        return self.budget.total if self.config.budget.mode == "rollouts" else None
+
+    def budget_left(self, state: dict[str, Any]) -> bool:
+        """rollouts mode: rollouts remain. weight_steps mode: RSFT batches remain (harness_only:
+        proposer iterations), so a run ends after its last weight stage, as the authors' did."""
+        if self.config.budget.mode == "rollouts":
+            return self.budget.remaining > 0
+        return self.weight_steps_left() or self.search_iterations_left(state)
+
+    def weight_steps_left(self) -> bool:
+        """weight_steps mode: RSFT batches remain (always true in rollouts mode)."""
+        if self.config.budget.mode == "rollouts":
+            return True
+        return self.trainer is not None and self.trainer.state.batches < self.config.budget.weight_steps
+
+    def search_iterations_left(self, state: dict[str, Any]) -> bool:
+        """weight_steps mode: proposer iterations remain for a method whose search is capped."""
+        if self.config.budget.mode == "rollouts":
+            return True
+        return self.config.method in SEARCH_CAPPED and \
+            state.get("search_iterations", 0) < self.config.budget.search_iterations
+
+    def next_stage(self, state: dict[str, Any]) -> Stage:
+        history = [StageRecord(**h) for h in state["history"]]
+        if self.config.budget.mode == "weight_steps" and self.config.method in ("stagewise", "stagewise_reverse"):
+            # Equal weight steps: the whole weight budget in one phase, the search's in the other.
+            weight = Stage("weight", epochs=self.schedule.epochs)
+            harness = Stage("harness", iterations=self.schedule.proposer_iterations)
+            first, second = (weight, harness) if self.config.method == "stagewise" else (harness, weight)
+            first_left = self.weight_steps_left() if first.kind == "weight" else self.search_iterations_left(state)
+            return first if first_left else second
+        return self.schedule.next_stage(history, self.budget.total)
 
     def archive_rollouts(self) -> int:
-        return sum(int(score["n"]) for e in self.archive.entries() for score in e.scores.values())
+        """Search rollouts recorded in every archive of the run (all rounds)."""
+        from whalekit.archive import Archive, archive_folders
+
+        archives = [Archive.open(folder, self.domain.name) for folder in archive_folders(self.archive_root)]
+        return sum(int(score["n"]) for a in archives for e in a.entries() for score in e.scores.values())
 
     def restore_budget(self, search_rollouts: int) -> None:
         """Rollouts spent: what the loaded trainer checkpoint sampled plus `search_rollouts`.
@@ -272,7 +360,8 @@ class _Driver:
         started = time.perf_counter()
         index = state["evaluations"]
         trajectories = evaluate_test(self.domain, self.runtime(state["accepted_id"]), self.sampler, self.splits.test,
-                                     self.config.eval_k, self.config.eval_temperature, self.config.seed, index)
+                                     self.config.eval_k, self.config.eval_temperature, self.config.seed, index,
+                                     self.config.eval_top_p, self.config.eval_top_k)
         self.run.write_trajectories(f"eval-{index:03d}", trajectories)
         self.run.log("test_eval", index=index, reason=reason, rollouts=self.budget.spent,
                      weights_version=self.sampler.version, accepted_id=state["accepted_id"], k=self.config.eval_k,
@@ -285,14 +374,14 @@ class _Driver:
         goal = round(stage.epochs * len(self.splits.train)) if not stage.adaptive else None
         left = self.config.rsft.batch_problems if goal is None else goal - state["stage_problems"]
         n = min(left, self.config.rsft.batch_problems, self.budget.remaining // self.config.rsft.samples_per_problem)
-        if n <= 0:
+        if n <= 0 or not self.weight_steps_left():
             return False
         record = self.trainer.step(self.runtime(state["accepted_id"]), n)
         checkpoint = self.run.root / "checkpoints" / f"rsft-{self.trainer.state.batches:05d}"
         self.trainer.save_checkpoint(checkpoint)
         state["checkpoint"] = str(checkpoint)
         state["stage_problems"] += n
-        state["stage_signals"].append(record.reward_window_mean)
+        state["stage_signals"].append(record.reward)  # the adaptive rule windows these per stage
         self.run.log("rsft_batch", phase_step=state["step"], rollouts=self.budget.spent, **asdict(record))
         return True
 
@@ -301,7 +390,11 @@ class _Driver:
 
         if self.budget.remaining < len(self.splits.search):
             return False
+        if self.config.budget.mode == "weight_steps" and self.config.method in SEARCH_CAPPED \
+                and not self.search_iterations_left(state):
+            return False
         before = state["search_rollouts"]  # as committed before this step began
+        self.open_archive(state)
         self.restore_budget(self.archive_rollouts())
         one = dataclasses.replace(self.config.search, iterations=1)
         # A proposer per iteration, seeded by the step: a resumed run proposes what an
@@ -317,6 +410,7 @@ class _Driver:
         if state["search_rollouts"] == before:
             return False
         state["accepted_id"] = accepted
+        state["search_iterations"] = state.get("search_iterations", 0) + 1
         board = self.archive.leaderboard(self.sampler.version)
         best = board[0][1] if board else 0.0
         state["stage_signals"].append(best)
@@ -329,8 +423,16 @@ class _Driver:
     def stage_finished(self, state: dict[str, Any], stage: Stage) -> bool:
         if stage.adaptive:
             cfg = self.config.adaptive
-            minimum = cfg.min_weight_batches if stage.kind == "weight" else cfg.min_search_iterations
-            return should_switch(state["stage_signals"], minimum, cfg.patience, cfg.max_stage_steps)
+            if stage.kind == "harness":
+                return should_switch(state["stage_signals"], cfg.min_search_iterations, cfg.search_patience,
+                                     cfg.max_search_iterations)
+            # Weight stages: the per-batch training reward, averaged over a sliding window
+            # of this stage's batches (the authors' phase-local window).
+            batches = lambda epochs: cfg.weight_batches(epochs, len(self.splits.train),  # noqa: E731
+                                                        self.config.rsft.batch_problems)
+            signals = window_means(state["stage_signals"], batches(cfg.weight_window_epochs))
+            return should_switch(signals, batches(cfg.min_weight_epochs), batches(cfg.weight_patience_epochs),
+                                 batches(cfg.max_weight_epochs))
         if stage.kind == "weight":
             return state["stage_problems"] >= round(stage.epochs * len(self.splits.train))
         return state["stage_steps"] >= stage.iterations
@@ -349,16 +451,17 @@ class _Driver:
             state = self.fresh_state()
             self.run.events_path.unlink(missing_ok=True)  # a start killed before its first commit
             self.run.write_config(self.config.to_json())
-            self.run.log("run_start", rollouts=0, budget=self.budget.total, method=self.config.method,
+            self.run.log("run_start", rollouts=0, budget=self.budget_total(), budget_mode=self.config.budget.mode,
+                         weight_steps=self.config.budget.weight_steps, method=self.config.method,
                          schedule=list(self.config.schedule), domain=self.config.domain, seed=self.config.seed,
                          n_train=len(self.splits.train), n_search=len(self.splits.search), n_test=len(self.splits.test))
             self.evaluate(state, "initial")
             self.commit(state)
         try:
-            while state["stalled"] < 2 and self.budget.remaining > 0:
+            while state["stalled"] < 2 and self.budget_left(state):
                 if state["stage"] is None:
-                    history = [StageRecord(**h) for h in state["history"]]
-                    stage = self.schedule.next_stage(history, self.budget.total)
+                    history = state["history"]
+                    stage = self.next_stage(state)
                     state.update(stage=asdict(stage), stage_steps=0, stage_problems=0, stage_signals=[],
                                  stage_rollouts_start=self.budget.spent)
                     self.run.log("stage_start", kind=stage.kind, stage=len(history), rollouts=self.budget.spent,
@@ -380,7 +483,7 @@ class _Driver:
                 self.commit(state)
             evals = self.run.events("test_eval")
             best = max(evals, key=lambda e: e["mean_at_k"])
-            self.run.log("run_end", rollouts=self.budget.spent, budget=self.budget.total,
+            self.run.log("run_end", rollouts=self.budget.spent, budget=self.budget_total(),
                          best_mean_at_k=best["mean_at_k"], best_at_rollouts=best["rollouts"],
                          final_mean_at_k=evals[-1]["mean_at_k"], accepted_id=state["accepted_id"],
                          by_phase=self.budget.by_phase, wall_s=time.time() - state["started"])

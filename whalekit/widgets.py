@@ -158,15 +158,15 @@ def show_diff(archive: Any, candidate_id: str, parent_id: str | None = None) -> 
 def run_sources(run_root: str | Path) -> dict[str, list[Trajectory]]:
     """Everything a run kept that can be browsed: each test evaluation ('test eval-000')
     and each archive candidate's search-split evaluation ('<id> @ w<version>')."""
-    from whalekit.archive import Archive
+    from whalekit.archive import Archive, archive_folders
     from whalekit.runs import RunDir
 
     run = RunDir(run_root)
     sources: dict[str, list[Trajectory]] = {}
     for path in sorted((run.root / "test").glob("eval-*.jsonl")):
         sources[f"test {path.stem}"] = run.trajectories(path.stem)
-    if (run.root / "archive").exists():
-        archive = Archive.open(run.root / "archive", run.config()["domain"])
+    for folder in archive_folders(run.root / "archive"):  # one archive, or one per harness phase
+        archive = Archive.open(folder, run.config()["domain"])
         for entry in archive.entries():
             for version in sorted(entry.scores):
                 sources[f"{entry.id} @ w{version}"] = archive.trajectories(entry.id, version)
@@ -209,16 +209,18 @@ def browse(runs_root: str | Path, preset: str = "cpu", interactive: bool | None 
 
 
 def _accepted_diff(run_root: Path) -> str:
-    from whalekit.archive import Archive
+    from whalekit.archive import archive_holding
     from whalekit.runs import RunDir
 
-    if not (run_root / "archive").exists():
+    domain = RunDir(run_root).config()["domain"]
+    latest = archive_holding(run_root / "archive", domain)
+    if latest is None:
         return ""
-    archive = Archive.open(run_root / "archive", RunDir(run_root).config()["domain"])
     ends = RunDir(run_root).events("run_end")
-    accepted = ends[-1]["accepted_id"] if ends else archive.accepted()
-    seed = archive.seed_id()
-    return "" if accepted == seed else candidate_diff_html(archive, accepted, seed)
+    accepted = ends[-1]["accepted_id"] if ends else latest.accepted()
+    archive = archive_holding(run_root / "archive", domain, accepted, proposed=True)
+    # Against the seed of the archive that proposed it: h0, or the phase's incoming harness.
+    return "" if archive is None else candidate_diff_html(archive, accepted, archive.seed_id())
 
 
 def _static_view(run_root: Path, examples: int) -> None:
@@ -274,18 +276,19 @@ def _widget_view(runs: list[Path], base: Path) -> Any:
 def _source_diff(run_root: Path, source: str | None) -> str:
     """The diff for the browser's candidate pick: a candidate against its parent, a test
     evaluation's harness against h0."""
-    from whalekit.archive import Archive
+    from whalekit.archive import archive_holding
     from whalekit.runs import RunDir
 
-    if not source or not (run_root / "archive").exists():
+    domain = RunDir(run_root).config()["domain"]
+    if not source or archive_holding(run_root / "archive", domain) is None:
         return ""
-    archive = Archive.open(run_root / "archive", RunDir(run_root).config()["domain"])
     if source.startswith("test "):
         index = int(source.split("-")[-1])
         evals = [e for e in RunDir(run_root).events("test_eval") if e["index"] == index]
-        candidate = evals[-1]["accepted_id"] if evals else archive.seed_id()
+        candidate = evals[-1]["accepted_id"] if evals else None
     else:
         candidate = source.split(" @ ")[0]
-    if candidate == archive.seed_id():
+    archive = archive_holding(run_root / "archive", domain, candidate, proposed=True) if candidate else None
+    if archive is None:  # never proposed: h0 itself
         return "<div>h0, the domain's initial harness (no parent)</div>"
     return candidate_diff_html(archive, candidate)

@@ -17,10 +17,12 @@ class SamplingParams:
     temperature: float = 1.0  # 0 means greedy
     top_p: float = 1.0
     seed: int = 0  # seeds the call (samplers are seeded per batched call, not per row)
+    top_k: int = 20  # keep the k likeliest tokens (the authors' setting everywhere); 0 disables top-k
 
     def __post_init__(self) -> None:
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"invalid sampling params: temperature={self.temperature}, top_p={self.top_p}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
+            raise ValueError(f"invalid sampling params: temperature={self.temperature}, top_p={self.top_p}, "
+                             f"top_k={self.top_k}")
 
 
 @dataclass

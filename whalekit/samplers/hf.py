@@ -62,10 +62,10 @@ class HFSampler(Sampler):
             # distribution whose noise depends only on (row seed, position), so a sample does
             # not change with the batch it was drawn in (exact resume after a kill).
             processor = PerRowSeededSampling([int(r.seed) for r in requests], params.temperature, params.top_p,  # type: ignore[arg-type]
-                                             width)
+                                             width, params.top_k)
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, logits_processor=[processor])
         elif not greedy:
-            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         if any(r.choices for r in requests):
@@ -128,13 +128,17 @@ class ChoiceConstraint:
 class PerRowSeededSampling:
     """A logits processor that turns greedy decoding into seeded sampling, row by row."""
 
-    def __init__(self, seeds: list[int], temperature: float, top_p: float, prompt_width: int):
+    def __init__(self, seeds: list[int], temperature: float, top_p: float, prompt_width: int, top_k: int = 0):
         self.seeds, self.temperature, self.top_p, self.prompt_width = seeds, temperature, top_p, prompt_width
+        self.top_k = top_k  # 0: no top-k cut
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
         scores = scores.float() / self.temperature
+        if 0 < self.top_k < scores.shape[-1]:  # top-k first, then top-p on what is left (transformers' order)
+            kth = torch.topk(scores, self.top_k, dim=-1).values[..., -1:]
+            scores = scores.masked_fill(scores < kth, float("-inf"))
         if self.top_p < 1.0:
             sorted_scores, order = torch.sort(scores, descending=True, dim=-1)
             cumulative = torch.softmax(sorted_scores, dim=-1).cumsum(dim=-1)

@@ -110,7 +110,7 @@ class VLLMSampler(Sampler):
             max_tokens=request.max_new_tokens,
             temperature=0.0 if greedy else params.temperature,
             top_p=1.0 if greedy else params.top_p,
-            top_k=0,  # 0 disables top-k, as in the transformers sampler
+            top_k=0 if greedy else params.top_k,  # 0 disables top-k, as in the transformers sampler
             stop=list(request.stop) or None,
             stop_token_ids=sorted(self.eos_ids),
             include_stop_str_in_output=True,  # the ids keep the token that completed the stop string
