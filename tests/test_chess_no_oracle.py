@@ -9,6 +9,7 @@ as a choice or receive: task inputs, tool outputs and metadata, prompts, choice 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from pathlib import Path
@@ -29,6 +30,7 @@ MARKER = re.compile(r"[#+]|mate|check", re.IGNORECASE)
 PACKAGE = Path(__file__).resolve().parents[1] / "whalekit"
 
 
+@functools.lru_cache(maxsize=2)
 def _puzzles(realdata_dir: Path | None = None) -> list[Task]:
     puzzles = generate_puzzles(24, mate_in=1, seed=21) + generate_puzzles(8, mate_in=2, seed=21)
     puzzles += load_lichess_csv(FIXTURES / "puzzles.csv")
