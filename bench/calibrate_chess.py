@@ -33,6 +33,7 @@ import time
 from collections import defaultdict
 
 from whalekit.domains.chess import ChessDomain
+from whalekit.domains.chess.baselines import random_legal_move_score
 from whalekit.domains.chess.mechanisms import BY_NAME
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.mechanisms import apply_mechanism
@@ -76,8 +77,11 @@ def main() -> None:
                                 path=args.path, themes=args.themes)
     print(f"domain knobs: {vars(domain)}; {len(splits.test)} test puzzles in "
           f"{time.perf_counter() - started:.1f}s")
+    floor = random_legal_move_score(splits.test, k=args.samples, seed=args.seed)
+    print(f"uniform random legal-move player: mean@{args.samples} {floor.mean_at_k:.4f} "
+          f"(exact expectation {floor.expected:.4f})")
     policy = load_policy(args.model, sampler=args.sampler)
-    summary = {}
+    summary = {"random_legal_move": {"mean@k": floor.mean_at_k, "expected": floor.expected}}
     for name in args.harness:
         harness = InProcessHarness(harness_source(domain, name))
         episodes = [Episode(task, harness, i) for task in splits.test for i in range(args.samples)]

@@ -12,13 +12,21 @@ import chess
 import pytest
 
 from whalekit.domains.base import get_domain
-from whalekit.domains.chess import ChessDomain, PuzzleDataError, generate_puzzles, load_lichess_csv, verify_answer
+from whalekit.domains.chess import (
+    ChessDomain,
+    Puzzle,
+    PuzzleDataError,
+    generate_puzzles,
+    load_lichess_csv,
+    verify_answer,
+)
 from whalekit.domains.chess.generator import mate_in_two_line, mating_moves
-from whalekit.domains.chess.mechanisms import BY_NAME, CATALOGUE
+from whalekit.domains.chess.mechanisms import BY_NAME, CATALOGUE, PROMPT_WORDINGS
 from whalekit.domains.chess.notation import IllegalMoveError, MoveFormatError, parse_move, split_moves
 from whalekit.episode import EpisodeDriver, Finished, GenerateRequest, ToolRequest, load_harness
+from whalekit.isolation import validate_source
 from whalekit.mechanisms import apply_mechanism
-from whalekit.types import ToolCall, Trajectory
+from whalekit.types import ToolCall, Trajectory, Turn
 
 FIXTURES = Path(__file__).parent / "fixtures" / "chess"
 SCHOLAR = "r1bqkbnr/ppp2ppp/2np4/4p3/2B1P3/5Q2/PPPP1PPP/RNB1K1NR w KQkq - 0 4"  # Qxf7# wins
@@ -200,84 +208,183 @@ def test_split_moves_drops_move_numbers():
     assert split_moves("1. Qh5 Kg8 2... Qh7#") == ["Qh5", "Kg8", "Qh7#"]
 
 
-# --- toolbox ------------------------------------------------------------------------------
+# --- the environment: the move tool and the verdict from its records ----------------------
 
-def test_tools_show_the_board_and_moves_but_report_bad_input(domain):
-    task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
-    box, view = domain.toolbox(), task.view()
-    assert "Qxf7#" in box.run(ToolCall("legal_moves", {}), view).output.split()
-    grouped = box.run(ToolCall("legal_moves", {"group": "kind"}), view).output
-    assert grouped.splitlines()[0] == "Checkmates: Qxf7#"
-    assert "f3f7" in box.run(ToolCall("legal_moves", {"notation": "uci", "group": "piece"}), view).output
-    assert box.run(ToolCall("board", {"format": "pieces"}), view).output.startswith("White: Ke1, Qf3")
-    assert box.run(ToolCall("board", {"format": "ascii"}), view).output.splitlines()[-1] == "  a b c d e f g h"
-    assert box.run(ToolCall("check_move", {"move": "qxf7"}), view).meta["legal"]
-    assert not box.run(ToolCall("check_move", {"move": "Qxf8"}), view).meta["legal"]
-    assert box.run(ToolCall("play", {"move": "Qxf7"}), view).meta["status"] == "checkmate"
-    assert box.run(ToolCall("board", {"moves": ["Qf6"], "format": "fen"}), view).output.startswith("r1bqkbnr")
-    bad = box.run(ToolCall("play", {"move": "Kz9"}), view)
-    assert not bad.ok and bad.error == "bad_arguments"
+def _back_rank_task():
+    return load_lichess_csv(FIXTURES / "puzzles.csv")[2].to_task()  # e2e8 c8e8 e1e8
 
 
-# --- harnesses, mechanisms, behaviour -----------------------------------------------------
+def test_the_move_tool_plays_the_line_against_the_scripted_replies(domain):
+    task, box = _back_rank_task(), domain.toolbox()
+    first = box.run(ToolCall("move", {"move": "e2e8", "played": []}), task)
+    assert first.meta["outcome"] == "continue" and first.meta["reply"] == "c8e8" and not first.meta["terminal"]
+    assert first.meta["observation"]["accepted_moves"] == ["e2e8"]
+    assert first.meta["observation"]["last_opponent_move"] == "c8e8"
+    assert "e1e8" in {m["uci"] for m in first.meta["observation"]["legal_moves"]}
+    assert box.run(ToolCall("move", {"move": "e1e8", "played": ["e2e8"]}), task).meta["outcome"] == "solved"
+    assert box.run(ToolCall("move", {"move": "h2h3", "played": []}), task).meta["outcome"] == "failed"
+    assert box.run(ToolCall("move", {"move": "e2e9", "played": []}), task).meta["outcome"] == "unreadable"
+    assert box.run(ToolCall("move", {"move": "e2a6", "played": []}), task).meta["outcome"] == "illegal"
+    lied = box.run(ToolCall("move", {"move": "e1e8", "played": ["h2h3"]}), task)
+    assert lied.meta["outcome"] == "failed" and lied.meta["terminal"]  # a false history loses the puzzle
 
-def _run_offline(source: str, task, reply: str):
-    """Drive a harness through one episode with a scripted model reply and the real toolbox."""
+
+def test_the_move_tool_needs_the_task_record_and_accepts_any_mate(domain):
+    view_only = domain.toolbox().run(ToolCall("move", {"move": "e2e8"}), _back_rank_task().view())
+    assert not view_only.ok and view_only.error == "needs_task"
+    two_mates = Puzzle("t", TWO_MATES, ("a1a8",), "generated", mate_in=1).to_task()
+    assert domain.toolbox().run(ToolCall("move", {"move": "b1b8"}), two_mates).meta["outcome"] == "solved"
+
+
+def test_the_first_step_that_ends_the_puzzle_decides_so_probing_loses(domain):
+    task = _back_rank_task()
+    box = domain.toolbox()
+    probe = [box.run(ToolCall("move", {"move": m, "played": []}), task) for m in ("h2h3", "e2e8")]
+    finish = box.run(ToolCall("move", {"move": "e1e8", "played": ["e2e8"]}), task)
+    trajectory = Trajectory(task.id, "chess", "h", 0, turns=[Turn([], [], "", "eos", tool_results=probe + [finish])])
+    verdict = domain.verify_trajectory(task, trajectory)
+    assert not verdict.correct and verdict.details["reason"] == "wrong_move"
+    honest = Trajectory(task.id, "chess", "h", 0, turns=[Turn([], [], "", "eos", tool_results=probe[1:] + [finish])])
+    assert domain.verify_trajectory(task, honest).correct
+    forced = Trajectory(task.id, "chess", "h", 0, turns=[Turn([], [], "", "eos", tool_results=[finish])])
+    forced.flags["initial_tool_results"] = [{"name": "move", "ok": True, "meta": probe[0].meta}]
+    assert not domain.verify_trajectory(task, forced).correct  # a probe before the first turn counts too
+
+
+# --- h0: the authors' turn structure -----------------------------------------------------
+
+def _play(source: str, task, replies: list[str]):
+    """Drive a harness through one episode with scripted model replies and the real
+    toolbox; returns the finished request, the trajectory and the verdict."""
     domain = ChessDomain()
     driver = EpisodeDriver(load_harness(source), task.view())
+    trajectory = Trajectory(task.id, "chess", "h", 0)
+    pending = list(replies)
     request = driver.begin()
-    for _ in range(10):
+    prompts = []
+    while not isinstance(request, Finished):
         if isinstance(request, ToolRequest):
-            request = driver.after_tools([domain.toolbox().run(c, task.view()) for c in request.calls])
-        elif isinstance(request, GenerateRequest):
-            request = driver.after_generation(reply, request.settings.prefill)
+            results = [domain.toolbox().run(c, task) for c in request.calls]
+            if trajectory.turns:
+                trajectory.turns[-1].tool_calls.extend(request.calls)
+                trajectory.turns[-1].tool_results.extend(results)
+            request = driver.after_tools(results)
         else:
-            break
-    assert isinstance(request, Finished)
-    return request
+            assert isinstance(request, GenerateRequest)
+            prompts.append(request)
+            reply = pending.pop(0) if pending else "no idea"
+            trajectory.turns.append(Turn([], [], reply, "eos", request.settings.prefill))
+            request = driver.after_generation(reply, request.settings.prefill)
+    trajectory.final_answer = request.answer
+    trajectory.messages = request.messages
+    verdict = domain.verify_trajectory(task, trajectory)
+    trajectory.correct = verdict.correct
+    trajectory.flags = domain.behaviour(trajectory, task, verdict)
+    return request, trajectory, verdict, prompts
 
 
-def test_h0_shows_the_fen_and_side_and_parses_strictly(domain):
+H0 = ChessDomain().initial_harness_source()
+
+
+def test_h0_shows_the_authors_observation_and_asks_for_a_tagged_uci_move():
     task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
-    source = domain.initial_harness_source()
-    finished = _run_offline(source, task, "Qxf7#")
-    assert finished.answer == "Qxf7#"
-    user = finished.messages[-2].content
-    assert SCHOLAR in user and "White to move" in user
-    assert _run_offline(source, task, "I play Qxf7#").answer is None
+    _, trajectory, verdict, prompts = _play(H0, task, ["<move>f3f7</move>"])
+    assert verdict.correct and len(trajectory.turns) == 1
+    system, user = prompts[0].messages
+    assert system.role == "system" and "one legal move at a time" in system.content
+    for part in ["Side to move: White", f"FEN: {SCHOLAR}", "Board:\n8 r . b q k b n r", "Puzzle move number: 1",
+                 "Legal moves:\n- [a2a3] SAN=a3", "- [b1a3] SAN=Na3", "- [f3f7] SAN=Qxf7", "<move>uci</move>"]:
+        assert part in user.content, part
+    assert "Last opponent reply" not in user.content  # none yet, as in the authors' runner
 
 
-@pytest.mark.parametrize("mechanism", CATALOGUE, ids=lambda m: m.name)
-def test_every_mechanism_applies_to_h0_loads_and_runs(domain, mechanism):
+@pytest.mark.parametrize("reply", ["<move>f3f7</move>", "I pick [f3f7].", "f3f7", "<move>F3F7</move> f3f7"])
+def test_h0_reads_a_tag_a_bracketed_move_or_one_bare_uci_move(reply):
     task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
+    assert _play(H0, task, [reply])[2].correct
+
+
+def test_h0_plays_a_line_move_by_move_against_the_scripted_replies():
+    _, trajectory, verdict, prompts = _play(H0, _back_rank_task(), ["<move>e2e8</move>", "<move>e1e8</move>"])
+    assert verdict.correct and len(prompts) == 2
+    second = prompts[1].messages
+    assert [m.role for m in second] == ["system", "assistant", "user", "user"]  # latest observation last
+    assert second[2].content.startswith("Correct. Opponent replied c8e8")
+    assert "Last opponent reply: c8e8" in second[3].content and "accepted moves so far: e2e8" in second[3].content
+    assert "FEN: 4r1k1/5ppp/p7/8/8/8/5PPP/4R1K1 w - - 0 32" in second[3].content
+    assert trajectory.final_answer == "e2e8 e1e8"
+
+
+def test_h0_retries_a_format_failure_once_with_the_verifiers_note():
+    task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
+    _, trajectory, verdict, prompts = _play(H0, task, ["Queen takes f7", "<move>f3f7</move>"])
+    assert verdict.correct and len(prompts) == 2
+    assert "Feedback from the verifier:" in prompts[1].messages[-1].content
+    assert "__no_move__" in prompts[1].messages[-1].content
+    ambiguous = _play(H0, task, ["f3f7 or f3f6", "e2e4 or d2d4", "<move>f3f7</move>"])
+    assert not ambiguous[2].correct and len(ambiguous[3]) == 2  # the second format failure ends the puzzle
+    assert ambiguous[2].details["reason"] == "format_invalid"
+
+
+def test_h0_retries_an_illegal_move_once_then_fails():
+    task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
+    _, _, verdict, prompts = _play(H0, task, ["<move>f3f8</move>", "<move>f3f7</move>"])
+    assert verdict.correct and len(prompts) == 2
+    assert 'The move "f3f8" is not legal' in prompts[1].messages[-1].content
+    _, trajectory, verdict, prompts = _play(H0, task, ["<move>f3f8</move>", "<move>a1a5</move>", "<move>f3f7</move>"])
+    assert not verdict.correct and len(prompts) == 2 and verdict.details["reason"] == "illegal_move"
+    assert ChessDomain().failure_mode(trajectory) == "illegal_move"
+
+
+def test_h0_a_legal_wrong_move_ends_the_puzzle_at_once():
+    _, trajectory, verdict, prompts = _play(H0, _back_rank_task(), ["<move>h2h3</move>", "<move>e2e8</move>"])
+    assert not verdict.correct and len(prompts) == 1 and verdict.details["reason"] == "wrong_move"
+    assert ChessDomain().failure_mode(trajectory) == "wrong_move"
+
+
+def test_h0_makes_at_most_nine_model_calls():
+    # both retry budgets raised so only the call cap stops the episode
+    source = H0.replace("format_retries = 1", "format_retries = 50")
+    _, _, verdict, prompts = _play(source, _back_rank_task(), ["no move"] * 20)
+    assert len(prompts) == 9 and not verdict.correct
+
+
+# --- mechanisms and h1 ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("mechanism", CATALOGUE + PROMPT_WORDINGS, ids=lambda m: m.name)
+def test_every_mechanism_applies_to_h0_validates_and_solves_with_a_correct_reply(domain, mechanism):
     source = apply_mechanism(domain.initial_harness_source(), mechanism)
-    finished = _run_offline(source, task, "Qxf7#")
-    assert finished.answer is not None and domain.verify(task, finished.answer).correct
+    problem = validate_source(source)
+    # whalekit.harness_helpers joins the isolation allow-list with the lead's change (see test_chess_no_oracle)
+    assert problem is None or "whalekit.harness_helpers" in problem, problem
+    _, _, verdict, _ = _play(source, _back_rank_task(), ["<move>e2e8</move>", "<move>e1e8</move>"])
+    assert verdict.correct, mechanism.name
     assert set(mechanism.targets) <= set(domain.failure_modes)
 
 
 def test_the_domain_offers_its_catalogue_of_six_to_ten_distinct_mechanisms(domain):
     names = [m.name for m in domain.mechanisms()]
     assert names == [m.name for m in CATALOGUE] and 6 <= len(names) <= 10 and len(set(names)) == len(names)
+    assert "legal_moves_by_kind" not in names
 
 
 def test_mechanisms_on_different_hooks_compose(domain):
     task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
     source = domain.initial_harness_source()
-    for name in ["ascii_board", "legal_moves_by_kind", "mate_instruction", "answer_prefill", "lenient_parser",
-                 "retry_illegal", "few_shot_examples"]:
+    for name in ["piece_lists", "legal_moves_by_piece", "lenient_parser", "retry_with_legal_list", "few_shot_format"]:
         source = apply_mechanism(source, BY_NAME[name])
-    finished = _run_offline(source, task, " queen to f7, that is qxf7 mate")
-    assert domain.verify(task, finished.answer).correct
-    text = "\n".join(m.content for m in finished.messages)
-    assert "Checkmates: Qxf7#" in text and "a b c d e f g h" in text and "Rd8#" in text
+    _, trajectory, verdict, prompts = _play(source, task, [" the queen takes: Qxf7, that is it"])
+    assert verdict.correct
+    text = "\n".join(m.content for m in prompts[0].messages)
+    assert "White: Ke1, Qf3" in text and "Queen f3: " in text and "<move>e2e4</move>" in text
 
 
-def test_h1_lists_legal_moves_and_reads_leniently(domain):
-    task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
-    finished = _run_offline(domain.harness_source("h1"), task, " qxf7+ is mate")
-    assert domain.verify(task, finished.answer).correct
-    assert "Qxf7#" in finished.messages[-2].content
+def test_h1_solves_with_constrained_choices_and_stays_valid(domain):
+    source = domain.harness_source("h1")
+    assert validate_source(source) is None
+    _, _, verdict, prompts = _play(source, _back_rank_task(), ["<move>e2e8</move>", "<move>e1e8</move>"])
+    assert verdict.correct
+    assert "<move>e1e8</move>" in prompts[1].settings.choices  # the choices follow the position
 
 
 def test_legal_move_choice_constrains_every_reply_to_a_legal_move(domain, tiny_policy):
@@ -290,15 +397,17 @@ def test_legal_move_choice_constrains_every_reply_to_a_legal_move(domain, tiny_p
                            RolloutConfig(temperature=1.0, seed=0, progress=False))
     for trajectory in trajectories:
         assert trajectory.flags["format_valid"] and trajectory.flags["move_legal"]
-        assert trajectory.turns[0].finish_reason == "eos"
+        assert trajectory.error is None and len(trajectory.turns) == 1  # a legal move is right or ends the puzzle
 
 
-def test_behaviour_flags_and_failure_modes(domain):
+def test_behaviour_flags_and_failure_modes_from_final_answers(domain):
+    """A harness that never calls `move` is graded on its final answer."""
     task = load_lichess_csv(FIXTURES / "puzzles.csv")[0].to_task()
     cases = {"Qxf7#": None, "Qf6": "wrong_move", "Qh8": "illegal_move", "hello": "format_invalid", None: "no_answer"}
     for answer, mode in cases.items():
-        verdict = domain.verify(task, answer)
-        trajectory = Trajectory(task.id, "chess", "h", 0, final_answer=answer, correct=verdict.correct)
+        trajectory = Trajectory(task.id, "chess", "h", 0, final_answer=answer)
+        verdict = domain.verify_trajectory(task, trajectory)
+        trajectory.correct = verdict.correct
         trajectory.flags = domain.behaviour(trajectory, task, verdict)
         assert {"format_valid", "move_legal", "move_correct", "turns", "generated_tokens"} <= set(trajectory.flags)
         assert domain.failure_mode(trajectory) == mode, answer
@@ -317,6 +426,6 @@ def test_h0_rollout_with_smollm_is_verified_and_flagged(smollm_policy, domain):
     for trajectory in trajectories:
         assert trajectory.error is None and "wall_s" in trajectory.timings
         assert {"format_valid", "move_legal", "move_correct", "turns", "generated_tokens"} <= set(trajectory.flags)
-        assert trajectory.flags["turns"] == 1 and 0 < trajectory.flags["generated_tokens"] <= 32
+        assert 1 <= trajectory.flags["turns"] <= 9
         assert trajectory.correct == trajectory.flags["move_correct"]
         assert domain.failure_mode(trajectory) in (None, *domain.failure_modes)

@@ -17,11 +17,11 @@ from whalekit.domains.math.generator import FAMILIES, generate_problems
 from whalekit.domains.math.mechanisms import BY_NAME, CATALOGUE
 from whalekit.domains.math.verifier import check, last_boxed
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
-from whalekit.episode import load_harness
+from whalekit.episode import EpisodeDriver, Finished, GenerateRequest, load_harness
 from whalekit.harness import EpisodeState, FinalAnswer, ToolCalls
 from whalekit.mechanisms import apply_mechanism
 from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams
-from whalekit.types import Task, ToolCall
+from whalekit.types import Task, ToolCall, ToolResult, Trajectory, Turn
 
 FIXTURES = Path(__file__).parent / "fixtures" / "math"
 DOMAIN = MathDomain()
@@ -214,7 +214,8 @@ class ScriptedSampler(Sampler):
         out = []
         for request in requests:
             prompt = self.tokenizer.decode(request.prompt_ids)
-            turn = min(prompt.count("```output") - prompt.count("```output\n89"), len(self.replies) - 1)
+            outputs = sum(prompt.count(m) - prompt.count(m + "89") for m in ("```output\n", "<tool_response>\n"))
+            turn = min(outputs, len(self.replies) - 1)
             text = self.replies[turn](prompt)
             ids = self.tokenizer.encode(text, add_special_tokens=False)[: request.max_new_tokens]
             out.append(Completion(ids, self.tokenizer.decode(ids), "stop"))
@@ -231,7 +232,7 @@ def _solve_with_code(prompt: str) -> str:
 
 
 def _copy_output(prompt: str) -> str:
-    number = re.findall(r"```output\n(-?\d+)", prompt)[-1]
+    number = re.findall(r"(?:```output|<tool_response>)\n(-?\d+)", prompt)[-1]
     return f"{number}}}" if prompt.rstrip().endswith("\\boxed{") else f"The answer is \\boxed{{{number}}}."
 
 
@@ -256,7 +257,7 @@ def test_failed_code_counts_as_a_tool_error_and_names_the_failure(tokenizer):
     harness = InProcessHarness(DOMAIN.initial_harness_source())
     (trajectory,) = rollout(DOMAIN, [Episode(_arithmetic_tasks(1)[0], harness, 0)], sampler,
                             RolloutConfig(progress=False))
-    assert trajectory.flags["tool_errors"] == 3 and trajectory.final_answer is None and not trajectory.correct
+    assert trajectory.flags["tool_errors"] == 2 and trajectory.final_answer is None and not trajectory.correct
     assert "ZeroDivisionError" in trajectory.messages[-1].content
     assert DOMAIN.failure_mode(trajectory) == "tool_error"
 
@@ -268,6 +269,56 @@ def test_h0_parse_reads_code_boxed_answers_and_plain_replies():
     assert isinstance(action, ToolCalls) and action.calls[0].arguments["code"] == "print(3 + 4)\n"
     assert isinstance(harness.parse("so \\boxed{7}", state), FinalAnswer)
     assert harness.parse("The answer is 7.", state).text == "The answer is 7."
+    bare = harness.parse("```python\nx = 3 + 4\nx\n```", state)
+    assert bare.calls[0].arguments["code"] == "x = 3 + 4\nprint(x)\n"  # the authors' last-line print
+
+
+def _drive(source: str, task, replies: list[str], outputs: list[str]):
+    """One episode with scripted replies and scripted tool outputs; the finished request and
+    the trajectory as the engine would record it."""
+    driver = EpisodeDriver(load_harness(source), task.view())
+    request, prompts, pending, results = driver.begin(), [], list(replies), list(outputs)
+    trajectory = Trajectory(task.id, "math", "h", 0)
+    while not isinstance(request, Finished):
+        if isinstance(request, GenerateRequest):
+            prompts.append(request)
+            reply = pending.pop(0) if pending else "nothing"
+            trajectory.turns.append(Turn([], [], reply, "eos"))
+            request = driver.after_generation(reply, request.settings.prefill)
+        else:
+            result = [ToolResult("python", results.pop(0) if results else "") for _ in request.calls]
+            trajectory.turns[-1].tool_results.extend(result)
+            request = driver.after_tools(result)
+    trajectory.final_answer = request.answer
+    return request, prompts, trajectory
+
+
+def test_h0_is_the_authors_no_system_prompt_question_plus_boxed_instruction():
+    task = _arithmetic_tasks(1)[0]
+    _, prompts, _ = _drive(DOMAIN.initial_harness_source(), task, ["\\boxed{1}"], [])
+    system, user = prompts[0].messages
+    # the only system text is the stand-in for the tool schema the authors' chat template renders
+    assert system.content.startswith("Tool: code_interpreter(code)") and "boxed" not in system.content
+    instruction = "\nThe answer format must be: \\boxed{'The final answer goes here.'}"
+    assert user.content == task.inputs["question"] + instruction
+
+
+def test_h0_ends_at_the_first_turn_without_a_tool_call_and_reads_only_a_boxed_answer():
+    task = _arithmetic_tasks(1)[0]
+    h0 = DOMAIN.initial_harness_source()
+    finished, prompts, _ = _drive(h0, task, ["The answer is 7.", "\\boxed{7}"], [])
+    assert len(prompts) == 1 and finished.answer is None  # no retry, no last-number fallback
+    finished, prompts, _ = _drive(h0, task, ["```python\nprint(3+4)\n```", "So \\boxed{7}."], ["7\n"])
+    assert len(prompts) == 2 and finished.answer == "\\boxed{7}"
+    assert prompts[1].messages[-1].content == "<tool_response>\n7\n\n</tool_response>"
+
+
+def test_h0_stops_after_two_turns_even_mid_tool_use():
+    task = _arithmetic_tasks(1)[0]
+    code = "```python\nprint(1)\n```"
+    finished, prompts, trajectory = _drive(DOMAIN.initial_harness_source(), task, [code, code, code], ["1", "1"])
+    assert len(prompts) == 2 and finished.answer is None
+    assert sum(len(t.tool_results) for t in trajectory.turns) == 2
 
 
 def test_h1_prefills_code_then_the_boxed_answer(tokenizer):

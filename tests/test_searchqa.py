@@ -342,6 +342,63 @@ def test_h0_searches_then_answers(domain, splits):
     assert answer is None
 
 
+def _h0_episode(domain, task, replies):
+    """h0 with scripted replies; returns (answer, the prompts it built, the tool calls it made)."""
+    driver = EpisodeDriver(load_harness(domain.initial_harness_source()), task.view())
+    request, replies, prompts, calls = driver.begin(), list(replies), [], []
+    while not isinstance(request, Finished):
+        if isinstance(request, ToolRequest):
+            calls += request.calls
+            request = driver.after_tools([domain.toolbox().run(c, task) for c in request.calls])
+        else:
+            prompts.append(request)
+            request = driver.after_generation(replies.pop(0) if replies else "", request.settings.prefill)
+    return request.answer, prompts, calls
+
+
+def test_h0_is_the_authors_minimal_prompt_with_one_top1_search_cut_to_200_tokens(domain, splits):
+    task = next(t for t in splits.test if t.subset == "birthplace")
+    query = task.meta["gold_queries"][0]
+    answer, prompts, calls = _h0_episode(domain, task, [f"<search>{query}</search> <search>other</search>",
+                                                        f"<answer>{task.reference[0]}</answer>"])
+    system, user = prompts[0].messages
+    assert system.content.startswith("Answer factual questions using search when needed.")
+    assert user.content.startswith("Question: " + task.inputs["question"] + "\nUse the search tool")
+    assert "<answer>...</answer>" in user.content
+    assert prompts[0].settings.stop == ["</search>"]
+    assert [c.arguments for c in calls] == [{"query": query, "k": 1, "max_doc_tokens": 200}]  # first query only
+    shown = prompts[1].messages[-1].content
+    assert shown.startswith('<tool_response>\n{"result": "Doc 1 (Title: ') and shown.count("Doc ") == 1
+    assert domain.verify(task, answer).correct
+
+
+def test_h0_ends_at_the_first_turn_without_a_search_and_reads_the_innermost_answer(domain, splits):
+    task = next(t for t in splits.test if t.subset == "birthplace")
+    answer, prompts, calls = _h0_episode(domain, task, ["<answer>x<answer>Ostin</answer> then", "<answer>y</answer>"])
+    assert answer == "Ostin" and len(prompts) == 1 and not calls
+    answer, prompts, _ = _h0_episode(domain, task, ["I think <answer>Ostin", "<answer>y</answer>"])
+    assert answer is None and len(prompts) == 1  # an unclosed tag is no answer, and there is no retry
+
+
+def test_h0_has_two_turns_and_answers_from_the_last_one(domain, splits):
+    task = next(t for t in splits.test if t.subset == "birthplace")
+    replies = ["<answer>early</answer><search>a</search>", "<search>b</search>", "<answer>late</answer>"]
+    answer, prompts, calls = _h0_episode(domain, task, replies)
+    assert len(prompts) == 2 and len(calls) == 2 and answer is None  # the last turn searched: no answer in it
+
+
+def test_the_search_tool_cuts_each_document_to_max_doc_tokens(domain, splits):
+    from whalekit.domains.searchqa.retrieval import cut_to_tokens
+
+    assert cut_to_tokens("Ostin is a city, in Valmar.", 4) == "Ostin is a city"
+    assert cut_to_tokens("Ostin is a city, in Valmar.", 5) == "Ostin is a city,"
+    assert cut_to_tokens("short", 200) == "short"
+    task = splits.test[0]
+    result = domain.toolbox().run(get_tool_call("search", query=task.inputs["question"], k=3, max_doc_tokens=3),
+                                  task.view())
+    assert all(len(d["text"].split()) <= 3 for d in result.meta["documents"])
+
+
 def test_h1_forces_a_search_and_prefills_the_answer(domain, splits):
     task = next(t for t in splits.test if t.subset == "birthplace")
     harness = load_harness(domain.harness_source("h1"))

@@ -190,9 +190,10 @@ def _run_tools(live: list[_Live], toolbox: Any, pool: ThreadPoolExecutor) -> Non
             return
         futures = {}
         for item in waiting:
-            view = item.episode.task.view()
             assert isinstance(item.request, ToolRequest)
-            futures[id(item)] = [pool.submit(toolbox.run, call, view) for call in item.request.calls]
+            # The Task itself: the toolbox hands ordinary tools a view, environment tools the reference.
+            task = item.episode.task
+            futures[id(item)] = [pool.submit(toolbox.run, call, task) for call in item.request.calls]
         for item in waiting:
             assert isinstance(item.request, ToolRequest)
             results = [f.result() for f in futures[id(item)]]
@@ -225,7 +226,7 @@ def _finish(domain: Domain, item: _Live) -> None:
     traj.messages = list(item.request.messages or item.last_messages)
     task = item.episode.task
     try:
-        verdict = domain.verify(task, traj.final_answer)
+        verdict = domain.verify_trajectory(task, traj)
         traj.correct, traj.reward = verdict.correct, verdict.reward
         flags = domain.behaviour(traj, task, verdict)
     except Exception as exc:  # a verifier bug must not lose the batch either

@@ -25,9 +25,10 @@ never see a task's reference answer. The rollout engine calls them in this order
 
 `state` is an `EpisodeState`: the task view, the messages so far, the turn index, and
 counters for tool calls and format errors. Tools each domain offers are listed in the
-domain's `TOOLS` description (e.g. chess: `legal_moves`, `board`; math: `python`;
-search QA: `search`). A harness may import pure helpers such as `re`, `json`, `chess`
-and `whalekit.harness`.
+domain's `TOOLS` description (e.g. chess: `move`, the puzzle's environment; math:
+`python`; search QA: `search`). A harness may import pure helpers such as `re`, `json`,
+`whalekit.harness` and the display helpers in `whalekit.harness_helpers`; never an
+engine such as python-chess.
 
 A complete example (math, with a Python tool):
 

@@ -41,13 +41,27 @@ class Splits:
 
 class Toolbox:
     """Named tools, each a function (task view, arguments) -> ToolResult. Tools run in
-    the driver's process (or spawn their own sandbox), never inside a harness."""
+    the driver's process (or spawn their own sandbox), never inside a harness.
 
-    def __init__(self, tools: dict[str, Callable[[TaskView, dict[str, Any]], ToolResult]]):
+    `environment` names tools that are the task's environment rather than a view of it
+    (chess: play the solver's move against the puzzle's line). They receive the full
+    Task, reference included, because they must check a move against it; what they
+    return is all a harness ever learns. The engine passes the Task; a caller holding
+    only a TaskView can run the other tools."""
+
+    def __init__(self, tools: dict[str, Callable[[Any, dict[str, Any]], ToolResult]],
+                 environment: tuple[str, ...] = ()):
         self.tools = tools
+        self.environment = tuple(environment)
 
-    def run(self, call: ToolCall, task: TaskView) -> ToolResult:
+    def run(self, call: ToolCall, task: Task | TaskView) -> ToolResult:
         tool = self.tools.get(call.name)
+        if call.name in self.environment:
+            if not isinstance(task, Task):
+                return ToolResult(call.name, f"Tool '{call.name}' needs the driver's task record.", ok=False,
+                                  error="needs_task")
+        elif isinstance(task, Task):
+            task = task.view()
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"
             return ToolResult(call.name, f"Unknown tool '{call.name}'. Available tools: {known}.", ok=False,
@@ -72,6 +86,12 @@ class Domain(ABC):
 
     @abstractmethod
     def verify(self, task: Task, answer: str | None) -> Verdict: ...
+
+    def verify_trajectory(self, task: Task, trajectory: Trajectory) -> Verdict:
+        """The verdict on a finished episode. By default its final answer is graded; a
+        domain whose environment is played step by step (chess) grades what its
+        environment tool recorded instead, so no harness can probe it and then answer."""
+        return self.verify(task, trajectory.final_answer)
 
     def behaviour(self, trajectory: Trajectory, task: Task, verdict: Verdict) -> dict[str, Any]:
         """Per-trajectory behaviour flags for the bottleneck analysis."""

@@ -1,3 +1,5 @@
-"""Display-only helpers that harness code may import (mounted into every harness worker's
-sandbox): text formatting of what the domains already show, never a way to solve a task.
-They import nothing but the standard library and the harness contract."""
+"""Pure helpers that harness code may import (standard library only): display, never
+judgement. They exist so harnesses need no third-party package inside their worker.
+
+    from whalekit.harness_helpers.chess_display import ascii_board
+"""

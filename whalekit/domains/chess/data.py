@@ -56,16 +56,24 @@ class Puzzle:
         kind = f"mate_in_{self.mate_in}" if self.mate_in else "tactic"
         return kind if self.source == "generated" else f"{self.source}_{kind}"
 
-    def to_task(self, domain: str = "chess") -> Task:
-        """The task a harness sees: position, side to move, the opponent's last move and the
-        number of moves to find; the solution goes to `reference` only."""
+    def to_task(self, domain: str = "chess", notation: str = "plain") -> Task:
+        """The task a harness sees: position, side to move, the opponent's last move, the
+        number of moves to find and the environment's first observation (board, legal
+        moves); the solution goes to `reference` only. In the default notation no SAN
+        carries the '+'/'#' that would mark check or mate."""
+        from whalekit.domains.chess.environment import check_notation, observation
+
         board = chess.Board(self.fen)
+        last_move = self.last_move
+        if last_move and check_notation(notation) == "plain":
+            last_move = last_move.rstrip("+#")
         inputs = {
             "fen": self.fen,
             "side_to_move": "white" if board.turn == chess.WHITE else "black",
             "moves_to_find": (len(self.solution) + 1) // 2,
             "mate_in": self.mate_in,
-            "last_move": self.last_move,
+            "last_move": last_move,
+            "observation": observation(board, notation=notation),
         }
         meta = {"source": self.source, "rating": self.rating, "themes": list(self.themes), **self.meta}
         return Task(id=f"{self.source}-{self.puzzle_id}", domain=domain, inputs=inputs,

@@ -1,246 +1,231 @@
-"""The chess catalogue of harness mechanisms: source edits of h0 that a proposer combines.
+"""The chess catalogue of harness mechanisms: source edits of h0, one lever each.
 
-Each targets one of the domain's failure modes: what the model is shown (diagram, piece
-lists, legal moves flat or grouped), how it must answer (instruction, prefill, token
-budget, few-shot examples) and how its reply is read (lenient parsing, a retry with
-feedback on an illegal move). Mechanisms that touch different hooks compose; the two
-board views and the two legal-move views are alternatives (same hooks, last one wins).
+They follow the authors' proposer rules for chess (their SKILL.md): a mechanism changes
+how the visible state is shown, how the reply is read, what the retries say or how much
+history is kept; none contains chess knowledge. No engine, no search, no move ordering
+or ranking by check, capture or value, no python-chess import (harness code cannot
+import it; `whalekit.harness_helpers.chess_display` draws boards from a FEN), and a
+legal wrong move is never turned into another move. Each proposal is meant to test one
+mechanism; mechanisms on different hooks still compose.
 
     from whalekit.mechanisms import apply_mechanism
-    source = apply_mechanism(domain.initial_harness_source(), BY_NAME["legal_moves_san"])
+    source = apply_mechanism(domain.initial_harness_source(), BY_NAME["lenient_parser"])
 """
 
 from __future__ import annotations
 
 from whalekit.mechanisms import Mechanism
 
-ascii_board = Mechanism(
-    name="ascii_board",
-    hypothesis="A diagram with rank and file labels is easier for a small model to read than a FEN string.",
+piece_lists = Mechanism(
+    name="piece_lists",
+    hypothesis="Listing each side's pieces by square ('White: Kg1, Qh5') under the diagram spares a small model "
+               "decoding the board.",
     targets=("illegal_move", "wrong_move"),
-    imports=("import chess",),
-    methods={"board_text": '''
-def board_text(self, task):
-    rows = str(chess.Board(task.inputs["fen"])).splitlines()
-    diagram = "\\n".join(f"{8 - i} {row}" for i, row in enumerate(rows))
-    return "Board (uppercase = White, lowercase = Black):\\n" + diagram + "\\n  a b c d e f g h"
+    imports=("from whalekit.harness_helpers.chess_display import piece_lists as draw_piece_lists",),
+    methods={"board_extras": '''
+def board_extras(self, observation):
+    return "Pieces:\\n" + draw_piece_lists(observation["fen"])
 '''},
 )
 
-piece_lists = Mechanism(
-    name="piece_lists",
-    hypothesis="Listing each side's pieces by square ('White: Kg1, Qh5') spares the model decoding the FEN.",
+legal_moves_by_piece = Mechanism(
+    name="legal_moves_by_piece",
+    hypothesis="Grouping the legal moves under the piece that makes them (board order, no ranking) shows which "
+               "piece can go where at a glance.",
     targets=("illegal_move", "wrong_move"),
-    imports=("import chess",),
-    methods={"board_text": '''
-def board_text(self, task):
-    board = chess.Board(task.inputs["fen"])
-    lines = []
-    for color, label in ((chess.WHITE, "White"), (chess.BLACK, "Black")):
-        names = []
-        for piece_type in (chess.KING, chess.QUEEN, chess.ROOK, chess.BISHOP, chess.KNIGHT, chess.PAWN):
-            letter = "" if piece_type == chess.PAWN else chess.piece_symbol(piece_type).upper()
-            names += [letter + chess.square_name(s) for s in board.pieces(piece_type, color)]
-        lines.append(f"{label}: {', '.join(names)}")
+    imports=("from whalekit.harness_helpers.chess_display import squares",),
+    module_code='''
+PIECE_NAMES = {"K": "King", "Q": "Queen", "R": "Rook", "B": "Bishop", "N": "Knight", "P": "Pawn"}
+''',
+    methods={"legal_moves_text": '''
+def legal_moves_text(self, observation):
+    board = squares(observation["fen"])
+    groups = {}
+    for move in observation["legal_moves"]:
+        groups.setdefault(move["uci"][:2], []).append(move)
+    lines = ["Legal moves, by piece:"]
+    for square in sorted(groups):
+        name = PIECE_NAMES.get(board.get(square, "?").upper(), "Piece")
+        lines.append(f"{name} {square}: " + " ".join(f"[{m['uci']}]" for m in groups[square]))
     return "\\n".join(lines)
 '''},
 )
 
-legal_moves_san = Mechanism(
-    name="legal_moves_san",
-    hypothesis="Choosing from the list of legal SAN moves (mates marked '#') removes illegal answers.",
-    targets=("illegal_move", "format_invalid", "wrong_move"),
-    imports=("import chess",),
-    methods={"moves_text": '''
-def moves_text(self, task, initial_results):
-    board = chess.Board(task.inputs["fen"])
-    moves = sorted(board.san(m) for m in board.legal_moves)
-    return "Legal moves: " + " ".join(moves)
-'''},
-)
-
-legal_moves_by_kind = Mechanism(
-    name="legal_moves_by_kind",
-    hypothesis="Legal moves grouped as checkmates, checks, captures, others (via the legal_moves tool) put "
-               "the forcing moves first, where a mate puzzle's answer is.",
-    targets=("illegal_move", "wrong_move"),
-    methods={
-        "initial_tool_calls": '''
-def initial_tool_calls(self, task):
-    return [ToolCall("legal_moves", {"notation": "san", "group": "kind"})]
-''',
-        "moves_text": '''
-def moves_text(self, task, initial_results):
-    lists = [r.output for r in initial_results if r.name == "legal_moves" and r.ok]
-    return "Legal moves:\\n" + lists[0] if lists else ""
-'''},
-    imports=("from whalekit.types import ToolCall",),
-)
-
-mate_instruction = Mechanism(
-    name="mate_instruction",
-    hypothesis="Saying the goal is checkmate, and the exact answer shape, narrows what the model writes.",
-    targets=("format_invalid", "wrong_move"),
-    methods={"instruction": '''
-def instruction(self, task):
-    side = task.inputs["side_to_move"].capitalize()
-    n = task.inputs.get("moves_to_find") or 1
-    if n == 1:
-        return (f"{side} can give checkmate in one move. Reply with that one move in SAN (for example Qh7#) "
-                "and nothing else.")
-    return (f"{side} can force checkmate in {n} moves. Reply with {side}'s {n} moves in order, in SAN, "
-            "separated by spaces, and nothing else.")
-'''},
-)
-
-answer_prefill = Mechanism(
-    name="answer_prefill",
-    hypothesis="Starting the reply with 'Move:' and a small token budget stops the model rambling.",
-    targets=("format_invalid",),
-    attributes={"prefill": "'Move:'", "max_new_tokens": "8", "stop": "['\\n', ',', ' (']"},
-)
-
-lenient_parser = Mechanism(
-    name="lenient_parser",
-    hypothesis="Taking the first legal move anywhere in the reply, in any case and notation, turns format "
-               "failures into moves.",
+compact_legal_moves = Mechanism(
+    name="compact_legal_moves",
+    hypothesis="One line of bracketed UCI moves instead of one row per move keeps the prompt short enough that the "
+               "position and the instruction stay in view.",
     targets=("format_invalid", "illegal_move"),
-    imports=("import chess",),
-    methods={"extract_move": '''
-def extract_move(self, reply, state):
-    board = chess.Board(state.task.inputs["fen"])
-    tokens = re.findall(r"[A-Za-z0-9][A-Za-z0-9=+#-]*", reply)
-    first_move_like = None
-    for token in tokens:
-        clean = token.rstrip("+#")
-        for candidate in (clean, clean[:1].upper() + clean[1:], clean.lower()):
-            try:
-                return board.san(board.parse_san(candidate))
-            except ValueError:
-                pass
-            try:
-                return board.san(board.parse_uci(candidate.lower()))
-            except ValueError:
-                pass
-        if first_move_like is None and MOVE.fullmatch(token):
-            first_move_like = token
-    return first_move_like
+    methods={"legal_moves_text": '''
+def legal_moves_text(self, observation):
+    return "Legal moves: " + " ".join(f"[{m['uci']}]" for m in observation["legal_moves"])
+'''},
+)
+
+move_tag_prefill = Mechanism(
+    name="move_tag_prefill",
+    hypothesis="Opening the reply with '<move>' and stopping at '</move>' leaves the model only the move to write.",
+    targets=("format_invalid",),
+    attributes={"max_new_tokens": "8"},
+    methods={"generation_settings": '''
+def generation_settings(self, state):
+    return GenerationSettings(max_new_tokens=self.max_new_tokens, stop=["</move>"], prefill="<move>")
 '''},
 )
 
 legal_move_choice = Mechanism(
     name="legal_move_choice",
-    hypothesis="Constraining the reply to exactly one legal SAN move (constrained decoding) leaves the model only "
-               "the choice: no format failures, no illegal moves.",
+    hypothesis="Constraining the reply to one of the listed legal moves in the answer tag (constrained decoding) "
+               "removes format and legality failures and leaves the model only the choice.",
     targets=("format_invalid", "illegal_move"),
-    imports=("import chess",),
     methods={"generation_settings": '''
 def generation_settings(self, state):
-    board = chess.Board(state.task.inputs["fen"])
-    moves = sorted(board.san(m) for m in board.legal_moves)
-    return GenerationSettings(max_new_tokens=max(self.max_new_tokens, 16), stop=list(self.stop),
-                              prefill=self.prefill, choices=moves)
+    moves = [m["uci"] for m in self.current_observation(state)["legal_moves"]]
+    return GenerationSettings(max_new_tokens=16, choices=[f"<move>{m}</move>" for m in moves])
 '''},
 )
 
-retry_illegal = Mechanism(
-    name="retry_illegal",
-    hypothesis="Telling the model its move was illegal or unreadable, and letting it try twice more, "
-               "recovers answers a one-shot harness throws away.",
-    targets=("illegal_move", "format_invalid"),
-    imports=("import chess",),
-    attributes={"max_turns": "3"},
-    methods={
-        "parse": '''
-def parse(self, reply, state):
-    if self.prefill and reply.startswith(self.prefill):
-        reply = reply[len(self.prefill):]
-    move = self.extract_move(reply, state)
-    if move is None:
-        return FormatError("the reply is not a move")
-    board = chess.Board(state.task.inputs["fen"])
-    try:
-        board.parse_san(move.rstrip("+#"))
-    except ValueError:
-        try:
-            board.parse_uci(move.lower())
-        except ValueError:
-            return FormatError(f"{move} is not a legal move here")
-    return FinalAnswer(move)
-''',
-        "error_feedback": '''
-def error_feedback(self, error, state):
-    board = chess.Board(state.task.inputs["fen"])
-    moves = " ".join(sorted(board.san(m) for m in board.legal_moves))
-    return f"{error.message}. Choose one of these legal moves: {moves}. Reply with the move only."
+compact_history = Mechanism(
+    name="compact_history",
+    hypothesis="Showing only the current observation (it already lists the accepted moves and the last reply), "
+               "without the earlier replies, keeps long lines from drowning the current legal moves.",
+    targets=("illegal_move", "incomplete_line"),
+    methods={"manage_context": '''
+def manage_context(self, messages, state):
+    if state.turn == 0:
+        return messages
+    text = self.observation_text(self.current_observation(state))
+    nudge = state.scratch.pop("nudge", None)
+    if nudge:
+        text = text.rstrip() + "\\n\\nFeedback from the verifier:\\n" + nudge
+    kept = [m for m in messages if m.role == "system" or m.kind == "few_shot"]
+    return kept + [Message("user", self.user_message(text))]
 '''},
 )
 
-few_shot_examples = Mechanism(
-    name="few_shot_examples",
-    hypothesis="Two worked exchanges in the harness's own format show the model what a good answer looks like.",
-    targets=("format_invalid", "wrong_move"),
-    imports=("from whalekit.types import Message, TaskView",),
+retry_with_legal_list = Mechanism(
+    name="retry_with_legal_list",
+    hypothesis="Three retries whose note repeats the legal moves in one line recover replies a single retry "
+               "throws away.",
+    targets=("format_invalid", "illegal_move"),
+    attributes={"format_retries": "3", "illegal_retries": "3", "max_turns": "15"},
+    methods={"illegal_nudge": '''
+def illegal_nudge(self, move):
+    return (f'The move "{move}" is not legal here. Reply only as <move>uci</move> with one of the legal moves '
+            "listed above.")
+''', "format_nudge": '''
+def format_nudge(self, parsed):
+    return ("No single move could be read from your reply. Write one legal move from the list in the tag, "
+            "for example <move>e2e4</move>, and nothing else.")
+'''},
+)
+
+lenient_parser = Mechanism(
+    name="lenient_parser",
+    hypothesis="Reading the last <move> tag, 'e2-e4' spellings and SAN names of the listed moves turns replies the "
+               "strict parser rejects into moves.",
+    targets=("format_invalid",),
+    methods={"extract_move": '''
+def extract_move(self, reply, state):
+    tags = re.findall(r"<move>\\s*([^<]*?)\\s*</move>", reply, re.I)
+    text = tags[-1] if tags else reply
+    text = re.sub(r"\\b([a-h][1-8])\\s*[-x]\\s*([a-h][1-8])", r"\\1\\2", text, flags=re.I)
+    uci = list(dict.fromkeys(m.lower() for m in re.findall(r"\\b([a-h][1-8][a-h][1-8][qrbnQRBN]?)\\b", text)))
+    if len(uci) == 1:
+        return uci[0]
+    if len(uci) > 1:
+        return uci[-1] if tags else "__ambiguous_multiple_moves__"
+    exact, lower = {}, {}
+    for move in self.current_observation(state)["legal_moves"]:
+        exact[move["san"].rstrip("+#")] = move["uci"]
+        lower.setdefault(move["san"].rstrip("+#").lower(), move["uci"])
+    tokens = re.findall(r"O-O-O|O-O|[A-Za-z][A-Za-z0-9=]*[1-8](?:=[QRBN])?", text)
+    named = list(dict.fromkeys(exact.get(t) or lower[t.lower()] for t in tokens if t in exact or t.lower() in lower))
+    if len(named) == 1:
+        return named[0]
+    return "__ambiguous_multiple_moves__" if named else "__no_move__"
+'''},
+)
+
+few_shot_format = Mechanism(
+    name="few_shot_format",
+    hypothesis="One worked exchange on the opening position (not a puzzle) shows the exact reply shape.",
+    targets=("format_invalid",),
     module_code='''
-FEW_SHOT_POSITIONS = [
-    ("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1", "Rd8#"),
-    ("r1bqkbnr/ppp2ppp/2np4/4p3/2B1P3/5Q2/PPPP1PPP/RNB1K1NR w KQkq - 0 4", "Qxf7#"),
-    ("rnbqkbnr/pppp1ppp/8/4p3/6P1/5P2/PPPPP2P/RNBQKBNR b KQkq - 0 2", "Qh4#"),
-]
+EXAMPLE_OBSERVATION = {
+    "side_to_move": "white", "fen": "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1",
+    "board": "8 r n b q k b n r\\n7 p p p p p p p p\\n6 . . . . . . . .\\n5 . . . . . . . .\\n4 . . . . . . . .\\n"
+             "3 . . . . . . . .\\n2 P P P P P P P P\\n1 R N B Q K B N R\\n  a b c d e f g h",
+    "last_opponent_move": None, "accepted_moves": [], "move_number": 1,
+    "legal_moves": [{"uci": u, "san": s} for u, s in (
+        ("a2a3", "a3"), ("a2a4", "a4"), ("b1a3", "Na3"), ("b1c3", "Nc3"), ("b2b3", "b3"), ("b2b4", "b4"),
+        ("c2c3", "c3"), ("c2c4", "c4"), ("d2d3", "d3"), ("d2d4", "d4"), ("e2e3", "e3"), ("e2e4", "e4"),
+        ("f2f3", "f3"), ("f2f4", "f4"), ("g1f3", "Nf3"), ("g1h3", "Nh3"), ("g2g3", "g3"), ("g2g4", "g4"),
+        ("h2h3", "h3"), ("h2h4", "h4"))],
+}
 ''',
     methods={"few_shot": '''
 def few_shot(self, task):
-    messages = []
-    for fen, move in FEW_SHOT_POSITIONS:
-        side = "white" if fen.split()[1] == "w" else "black"
-        example = TaskView(id="example", domain="chess", inputs={**task.inputs, "fen": fen, "side_to_move": side,
-                                                                 "last_move": None, "mate_in": 1,
-                                                                 "moves_to_find": 1})
-        messages.append(Message("user", self.first_user_message(example, []), kind="few_shot"))
-        messages.append(Message("assistant", (self.prefill + " " + move).strip(), kind="few_shot"))
-    return messages
+    example = self.user_message(self.observation_text(EXAMPLE_OBSERVATION))
+    return [Message("user", example, kind="few_shot"), Message("assistant", "<move>e2e4</move>", kind="few_shot")]
 '''},
 )
 
-CATALOGUE: list[Mechanism] = [ascii_board, piece_lists, legal_moves_san, legal_moves_by_kind, mate_instruction,
-                              answer_prefill, lenient_parser, legal_move_choice, retry_illegal, few_shot_examples]
+goal_instruction = Mechanism(
+    name="goal_instruction",
+    hypothesis="Saying how many of its own moves the solver must find, and that one reply is one move, frames "
+               "the move-by-move protocol.",
+    targets=("format_invalid", "incomplete_line"),
+    methods={"user_message": '''
+def user_message(self, observation_text):
+    return ("Solve the current chess puzzle position. You play one move per reply; the opponent answers after "
+            "each correct move.\\n\\n" + observation_text + "\\n\\nGive exactly one move as <move>uci</move>, "
+            "for example <move>e2e4</move>.\\nNo explanation.")
+'''},
+)
+
+CATALOGUE: list[Mechanism] = [piece_lists, legal_moves_by_piece, compact_legal_moves, move_tag_prefill,
+                              legal_move_choice, compact_history, retry_with_legal_list, lenient_parser,
+                              few_shot_format, goal_instruction]
 BY_NAME: dict[str, Mechanism] = {m.name: m for m in CATALOGUE}
 
 
 # Prompt wordings: text-only edits of system_prompt and first_user_message, the search
 # space of the prompt-only (FST) baseline. Every other mechanism above changes code.
-engine_persona = Mechanism(
-    name="engine_persona",
-    hypothesis="Casting the model as an engine that answers with one SAN move, with examples of the notation, "
-               "makes a bare move the expected reply.",
+player_persona = Mechanism(
+    name="player_persona",
+    hypothesis="Casting the model as a player who answers with one move in the tag makes a bare tagged move the "
+               "expected reply.",
     targets=("format_invalid",),
     methods={"system_prompt": '''
 def system_prompt(self, task):
-    return ("You are a chess engine. You reply with exactly one chess move in standard algebraic notation "
-            "(for example Nf3, exd5, O-O or Qh7#) and nothing else.")
+    return ("You are a chess player solving a puzzle. You answer with exactly one move in UCI notation inside "
+            "<move></move> tags, for example <move>g1f3</move>, and nothing else.")
 '''},
 )
 
 instruction_first = Mechanism(
     name="instruction_first",
-    hypothesis="Stating the task and the answer shape before the position keeps the model from describing the FEN.",
-    targets=("format_invalid", "wrong_move"),
+    hypothesis="Stating the answer shape before the position keeps the model from describing the board.",
+    targets=("format_invalid",),
     methods={"first_user_message": '''
 def first_user_message(self, task, initial_results):
-    return ("Find the checkmate. Reply with the move only, in SAN.\\n\\n" + self.position_text(task)
-            + "\\n\\nMove:")
+    return ("Reply with one move as <move>uci</move> and nothing else.\\n\\n"
+            + self.observation_text(task.inputs["observation"]))
 '''},
 )
 
 uci_wording = Mechanism(
     name="uci_wording",
-    hypothesis="Asking for the move as from-square and to-square (e2e4) is easier to produce than SAN.",
+    hypothesis="Explaining UCI (from-square then to-square, copied from the list) is easier to follow than "
+               "'uci'.",
     targets=("format_invalid", "illegal_move"),
     methods={"first_user_message": '''
 def first_user_message(self, task, initial_results):
-    return (self.position_text(task) + "\\n\\nAnswer with one move in UCI notation: the from-square and the "
-            "to-square, for example e2e4 or g1f3. Write nothing else.")
+    return (self.observation_text(task.inputs["observation"]) + "\\n\\nAnswer with one of the legal moves above, "
+            "written as its from-square and to-square inside the tag, for example <move>e2e4</move>. "
+            "Write nothing else.")
 '''},
 )
 
-PROMPT_WORDINGS: list[Mechanism] = [engine_persona, instruction_first, uci_wording]
+PROMPT_WORDINGS: list[Mechanism] = [player_persona, instruction_first, uci_wording]

@@ -38,7 +38,7 @@ def few_shot(self, task):
     return [
         Message("user", "What is 12 * 7 + 5?", kind="few_shot"),
         Message("assistant", "```python\\nprint(12 * 7 + 5)\\n```", kind="few_shot"),
-        Message("user", "```output\\n89\\n```", kind="few_shot"),
+        Message("user", "<tool_response>\\n89\\n</tool_response>", kind="few_shot"),
         Message("assistant", "The answer is \\\\boxed{89}.", kind="few_shot"),
     ]
 '''},
@@ -53,7 +53,7 @@ SHORT_REPLIES = Mechanism(
 
 MORE_TURNS = Mechanism(
     name="more_turns",
-    hypothesis="Five turns instead of three leave room to fix failing code before the episode ends.",
+    hypothesis="Five turns instead of two leave room to fix failing code before the episode ends.",
     targets=("no_answer", "tool_error"),
     attributes={"max_turns": "5"},
 )
@@ -109,9 +109,10 @@ def format_tool_result(self, result, state):
     text = result.output.strip()
     if result.ok:
         shown = text[-self.output_chars:] if text else "(nothing printed: use print())"
-        return "```output\\n" + shown + "\\n```\\nGive the final answer as \\\\boxed{answer}."
+        return "<tool_response>\\n" + shown + "\\n</tool_response>\\nGive the final answer as \\\\boxed{answer}."
     last = text.splitlines()[-1] if text else str(result.error)
-    return "```output\\nError: " + last[-300:] + "\\n```\\nFix the code, or give the final answer as \\\\boxed{answer}."
+    return ("<tool_response>\\nError: " + last[-300:] + "\\n</tool_response>\\nFix the code, or give the final "
+            "answer as \\\\boxed{answer}.")
 '''},
 )
 

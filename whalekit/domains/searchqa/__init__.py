@@ -24,7 +24,7 @@ from typing import Any
 
 from whalekit.domains.base import Domain, Splits, Toolbox, Verdict
 from whalekit.domains.searchqa.data import Document, load_corpus_jsonl, load_hotpotqa
-from whalekit.domains.searchqa.retrieval import BM25Index, render_hits
+from whalekit.domains.searchqa.retrieval import BM25Index, Hit, cut_to_tokens, render_hits
 from whalekit.domains.searchqa.splits import (
     file_splits,
     file_splits_with_test_sets,
@@ -57,7 +57,8 @@ class SearchQADomain(Domain):
     name = "searchqa"
     tools_description = (
         "search(query: str, k: int = 5) -> the k best documents for `query` by BM25 over the task's corpus "
-        f"(k is clamped to 1..{MAX_K}). ToolResult.output is the documents untruncated, one block each: "
+        f"(k is clamped to 1..{MAX_K}; optional max_doc_tokens cuts each document's text after that many tokens, "
+        "a word or a punctuation mark counting as one). ToolResult.output is the documents, one block each: "
         "'[rank] Title (id: ID, score: S)' then the text, blank-line separated. ToolResult.meta holds "
         "'query', 'k', 'doc_ids', 'scores' and 'documents' (a list of {'id', 'title', 'text', 'score'}), so a "
         "harness can re-rank, truncate or reformat them in format_tool_result. Call it as "
@@ -143,7 +144,15 @@ class SearchQADomain(Domain):
                 k = max(1, min(MAX_K, int(args.get("k", default_k))))
             except (TypeError, ValueError):
                 k = default_k
+            cut = args.get("max_doc_tokens")
+            try:
+                cut = None if cut is None else max(1, int(cut))
+            except (TypeError, ValueError):
+                cut = None
             hits = self.index.search(query, k)  # the corpus loaded last, even for an older toolbox
+            if cut is not None:
+                hits = [Hit(Document(h.document.id, h.document.title, cut_to_tokens(h.document.text, cut)), h.score,
+                            h.rank) for h in hits]
             documents = [{"id": h.document.id, "title": h.document.title, "text": h.document.text,
                           "score": round(h.score, 4)} for h in hits]
             meta = {"query": query, "k": k, "doc_ids": [d["id"] for d in documents],

@@ -13,6 +13,7 @@ how to cut them and how to rewrite the query are the harness's decisions.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -22,6 +23,7 @@ from typing import Any
 
 from whalekit.domains.searchqa.data import Document, corpus_fingerprint
 
+_TOKEN = re.compile(r"\w+|[^\w\s]")  # what cut_to_tokens counts as one token
 INDEX_VERSION = 1  # bump when tokenisation or BM25 parameters change: old caches are ignored
 STOPWORDS = "en"
 
@@ -104,6 +106,16 @@ class BM25Index:
             if score > 0:
                 hits.append(Hit(self.documents[index], float(score), len(hits) + 1))
         return hits
+
+
+def cut_to_tokens(text: str, max_tokens: int | None) -> str:
+    """`text` cut after its first `max_tokens` tokens, counting a word or a punctuation
+    mark as one token (a tokenizer-free stand-in for the authors' retriever, which cuts
+    with the policy's tokenizer); None leaves it whole."""
+    if max_tokens is None:
+        return text
+    ends = [m.end() for m in _TOKEN.finditer(text)]
+    return text if len(ends) <= max_tokens else text[:ends[max_tokens - 1]] if max_tokens > 0 else ""
 
 
 def render_hits(query: str, hits: list[Hit]) -> str:

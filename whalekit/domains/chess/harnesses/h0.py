@@ -1,53 +1,142 @@
-"""Chess h0: the deliberately plain starting point. The model sees the FEN and the side
-to move and must answer with one move; the parser accepts the reply only when it is
-exactly one move in SAN or UCI. The message is assembled from small methods
-(position_text, board_text, moves_text, instruction) so mechanisms can change one part."""
+"""Chess h0, after the authors' base harness and puzzle runner (krafton-ai/WHALE,
+domains/chess_puzzles/environments/chess_puzzle/base_harness.py and
+autoharness_chess_puzzle/runner.py).
+
+Every model call sees the system prompt, the earlier replies with what the environment
+answered, and then the current observation: side to move, FEN, an ASCII board, the last
+opponent reply, the accepted moves, the move number and every legal move as
+"- [uci] SAN=san". The answer is one UCI move in <move></move>; the parser takes a tag,
+else a bracketed move, else a bare UCI move, and rejects two different moves as
+ambiguous. Each move goes to the environment's `move` tool: a correct one brings the
+scripted reply and the next position, a legal wrong one ends the puzzle. One format
+retry and one illegal-move retry per puzzle, each with the verifier's note; at most 9
+model calls. The observation and messages come from small methods (board_extras,
+legal_moves_text, observation_text, user_message, format_nudge, illegal_nudge) so a
+mechanism can change one part."""
 
 import re
 
-from whalekit.harness import FinalAnswer, FormatError, GenerationSettings, Harness
+from whalekit.harness import FormatError, GenerationSettings, Harness, ToolCalls
+from whalekit.types import Message, ToolCall
 
-MOVE = re.compile(r"(?:O-O(?:-O)?|[KQRBN]?[a-h]?[1-8]?x?[a-h][1-8](?:=[QRBN])?|[a-h][1-8][a-h][1-8][qrbn]?)[+#]?")
+UCI = r"([a-h][1-8][a-h][1-8][qrbn]?)"
+PATTERNS = [re.compile(r"<move>\s*" + UCI + r"\s*</move>", re.I), re.compile(r"\[\s*" + UCI + r"\s*\]", re.I),
+            re.compile(r"\b" + UCI + r"\b", re.I)]
 
 
 class ChessH0(Harness):
     name = "chess-h0"
-    max_turns = 1
-    max_new_tokens = 32
-    stop = ["\n"]
-    prefill = ""
+    max_turns = 9  # model calls per puzzle, retries included
+    format_retries = 1  # per puzzle
+    illegal_retries = 1  # per puzzle
+    max_new_tokens = 256
 
     def system_prompt(self, task):
-        return "You are a chess player."
+        return ("You solve chess puzzles by picking one legal move at a time. Use only the position and the legal "
+                "moves given in the prompt; do not pretend to have engine analysis or outside knowledge. "
+                "Give exactly one move.")
 
-    def position_text(self, task):
-        return f"Position (FEN): {task.inputs['fen']}\n{task.inputs['side_to_move'].capitalize()} to move."
+    def current_observation(self, state):
+        return state.scratch.get("observation") or state.task.inputs["observation"]
 
-    def board_text(self, task):
+    def board_extras(self, observation):
         return ""
 
-    def moves_text(self, task, initial_results):
-        return ""
+    def legal_moves_text(self, observation):
+        return "Legal moves:\n" + "\n".join(f"- [{m['uci']}] SAN={m['san']}" for m in observation["legal_moves"])
 
-    def instruction(self, task):
-        return "Answer with one move."
+    def observation_text(self, observation):
+        lines = ["Task: solve the chess puzzle one move at a time.",
+                 "Side to move: " + observation["side_to_move"].capitalize(),
+                 "FEN: " + observation["fen"], "Board:", observation["board"]]
+        extras = self.board_extras(observation)
+        if extras:
+            lines.append(extras)
+        if observation.get("last_opponent_move"):
+            lines.append("Last opponent reply: " + observation["last_opponent_move"])
+        if observation.get("accepted_moves"):
+            lines.append("Your accepted moves so far: " + ", ".join(observation["accepted_moves"]))
+        lines.append("Puzzle move number: " + str(observation["move_number"]))
+        lines.append(self.legal_moves_text(observation))
+        return "\n".join(lines)
+
+    def user_message(self, observation_text):
+        return ("Solve the current chess puzzle position.\n\n" + observation_text + "\n\nGive exactly one move as "
+                "<move>uci</move>, for example <move>e2e4</move>.\nNo explanation.")
 
     def first_user_message(self, task, initial_results):
-        parts = [self.position_text(task), self.board_text(task), self.moves_text(task, initial_results),
-                 self.instruction(task)]
-        return "\n\n".join(part for part in parts if part)
+        return self.user_message(self.observation_text(task.inputs["observation"]))
 
     def generation_settings(self, state):
-        return GenerationSettings(max_new_tokens=self.max_new_tokens, stop=list(self.stop), prefill=self.prefill)
+        return GenerationSettings(max_new_tokens=self.max_new_tokens)
+
+    def manage_context(self, messages, state):
+        # The latest observation replaces the earlier ones; replies and verifier notes stay.
+        if state.turn == 0:
+            return messages
+        text = self.observation_text(self.current_observation(state))
+        nudge = state.scratch.pop("nudge", None)
+        if nudge:
+            text = text.rstrip() + "\n\nFeedback from the verifier:\n" + nudge
+        kept = [m for m in messages if not (m.role == "user" and m.kind == "text")]
+        return kept + [Message("user", self.user_message(text))]
 
     def extract_move(self, reply, state):
-        text = reply.strip()
-        return text if MOVE.fullmatch(text) else None
+        """One UCI move, or a sentinel naming why there is none."""
+        for pattern in PATTERNS:
+            moves = []
+            for match in pattern.finditer(reply):
+                move = match.group(1).lower()
+                if move not in moves:
+                    moves.append(move)
+            if len(moves) == 1:
+                return moves[0]
+            if moves:
+                return "__ambiguous_multiple_moves__"
+        return "__no_move__"
 
     def parse(self, reply, state):
-        if self.prefill and reply.startswith(self.prefill):
-            reply = reply[len(self.prefill):]
         move = self.extract_move(reply, state)
-        if move is None:
-            return FormatError("the reply is not exactly one move in SAN or UCI")
-        return FinalAnswer(move)
+        if move.startswith("__"):
+            return FormatError(move)
+        return ToolCalls([ToolCall("move", {"move": move, "played": list(state.scratch.get("accepted", []))})])
+
+    def format_nudge(self, parsed):
+        return (f'The verifier could not read exactly one UCI move from "{parsed}". Reply with exactly one move, '
+                "for example <move>e2e4</move>, and no explanation.")
+
+    def illegal_nudge(self, move):
+        return (f'The move "{move}" is not legal in the current position. Pick one of the listed legal moves and '
+                "reply only as <move>uci</move>.")
+
+    def error_feedback(self, error, state):
+        if state.format_errors > self.format_retries:
+            return None
+        state.scratch["nudge"] = self.format_nudge(error.message)
+        return state.scratch["nudge"]
+
+    def format_tool_result(self, result, state):
+        outcome = result.meta.get("outcome")
+        scratch = state.scratch
+        if outcome in ("continue", "solved", "failed"):
+            scratch.setdefault("line", []).append(result.meta.get("move", ""))
+        if outcome == "continue":
+            scratch.setdefault("accepted", []).append(result.meta["move"])
+            scratch["observation"] = result.meta["observation"]
+            return result.output
+        if outcome == "illegal" or outcome == "unreadable":
+            scratch["illegal"] = scratch.get("illegal", 0) + 1
+            if scratch["illegal"] > self.illegal_retries:
+                scratch["done"] = True
+                return "Puzzle failed: the move was illegal in the current position."
+            scratch["nudge"] = self.illegal_nudge(result.meta.get("move", ""))
+            return scratch["nudge"]
+        scratch["done"] = True  # solved, failed, or anything unexpected
+        return result.output
+
+    def should_stop(self, state):
+        return bool(state.scratch.get("done")) or state.turn >= self.max_turns
+
+    def extract_answer(self, state):
+        line = state.scratch.get("line", [])
+        return " ".join(line) if line else None

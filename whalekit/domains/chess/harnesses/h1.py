@@ -1,97 +1,133 @@
-"""Chess h1: h0 plus five catalogue mechanisms that matter for a small model.
-
-legal_moves_san (the sorted legal SAN moves, mates marked '#'), mate_instruction (say it
-is a mate and show the answer shape), answer_prefill ("Move:" and an 8-token budget),
-lenient_parser (the first legal move anywhere in the reply, any case or notation) and
-few_shot_examples (three solved mate-in-1 exchanges in the same format). Equivalent to
-applying those mechanisms to h0 with whalekit.mechanisms.apply_mechanism."""
+"""Chess h1: h0 with three catalogue mechanisms that matter for a small model:
+compact_legal_moves (one line of bracketed UCI moves), legal_move_choice (the reply is
+constrained to one listed legal move in the answer tag, so format and legality are
+certain and only the choice is the model's) and compact_history (only the current
+observation is shown, without earlier replies). Equivalent to applying those mechanisms
+to h0 with whalekit.mechanisms.apply_mechanism; no chess knowledge, no move ranking."""
 
 import re
 
-import chess
+from whalekit.harness import FormatError, GenerationSettings, Harness, ToolCalls
+from whalekit.types import Message, ToolCall
 
-from whalekit.harness import FinalAnswer, FormatError, GenerationSettings, Harness
-from whalekit.types import Message, TaskView
-
-MOVE = re.compile(r"(?:O-O(?:-O)?|[KQRBN]?[a-h]?[1-8]?x?[a-h][1-8](?:=[QRBN])?|[a-h][1-8][a-h][1-8][qrbn]?)[+#]?")
-FEW_SHOT_POSITIONS = [
-    ("6k1/5ppp/8/8/8/8/5PPP/3R2K1 w - - 0 1", "Rd8#"),
-    ("r1bqkbnr/ppp2ppp/2np4/4p3/2B1P3/5Q2/PPPP1PPP/RNB1K1NR w KQkq - 0 4", "Qxf7#"),
-    ("rnbqkbnr/pppp1ppp/8/4p3/6P1/5P2/PPPPP2P/RNBQKBNR b KQkq - 0 2", "Qh4#"),
-]
+UCI = r"([a-h][1-8][a-h][1-8][qrbn]?)"
+PATTERNS = [re.compile(r"<move>\s*" + UCI + r"\s*</move>", re.I), re.compile(r"\[\s*" + UCI + r"\s*\]", re.I),
+            re.compile(r"\b" + UCI + r"\b", re.I)]
 
 
 class ChessH1(Harness):
     name = "chess-h1"
-    max_turns = 1
-    max_new_tokens = 8
-    stop = ["\n", ",", " ("]
-    prefill = "Move:"
+    max_turns = 9  # model calls per puzzle, retries included
+    format_retries = 1  # per puzzle
+    illegal_retries = 1  # per puzzle
+    max_new_tokens = 256
 
     def system_prompt(self, task):
-        return "You are a chess player."
+        return ("You solve chess puzzles by picking one legal move at a time. Use only the position and the legal "
+                "moves given in the prompt; do not pretend to have engine analysis or outside knowledge. "
+                "Give exactly one move.")
 
-    def position_text(self, task):
-        return f"Position (FEN): {task.inputs['fen']}\n{task.inputs['side_to_move'].capitalize()} to move."
+    def current_observation(self, state):
+        return state.scratch.get("observation") or state.task.inputs["observation"]
 
-    def board_text(self, task):
+    def board_extras(self, observation):
         return ""
 
-    def moves_text(self, task, initial_results):
-        board = chess.Board(task.inputs["fen"])
-        moves = sorted(board.san(m) for m in board.legal_moves)
-        return "Legal moves: " + " ".join(moves)
+    def legal_moves_text(self, observation):
+        return "Legal moves: " + " ".join(f"[{m['uci']}]" for m in observation["legal_moves"])
 
-    def instruction(self, task):
-        side = task.inputs["side_to_move"].capitalize()
-        n = task.inputs.get("moves_to_find") or 1
-        if n == 1:
-            return (f"{side} can give checkmate in one move. Reply with that one move in SAN (for example Qh7#) "
-                    "and nothing else.")
-        return (f"{side} can force checkmate in {n} moves. Reply with {side}'s {n} moves in order, in SAN, "
-                "separated by spaces, and nothing else.")
+    def observation_text(self, observation):
+        lines = ["Task: solve the chess puzzle one move at a time.",
+                 "Side to move: " + observation["side_to_move"].capitalize(),
+                 "FEN: " + observation["fen"], "Board:", observation["board"]]
+        extras = self.board_extras(observation)
+        if extras:
+            lines.append(extras)
+        if observation.get("last_opponent_move"):
+            lines.append("Last opponent reply: " + observation["last_opponent_move"])
+        if observation.get("accepted_moves"):
+            lines.append("Your accepted moves so far: " + ", ".join(observation["accepted_moves"]))
+        lines.append("Puzzle move number: " + str(observation["move_number"]))
+        lines.append(self.legal_moves_text(observation))
+        return "\n".join(lines)
+
+    def user_message(self, observation_text):
+        return ("Solve the current chess puzzle position.\n\n" + observation_text + "\n\nGive exactly one move as "
+                "<move>uci</move>, for example <move>e2e4</move>.\nNo explanation.")
 
     def first_user_message(self, task, initial_results):
-        parts = [self.position_text(task), self.board_text(task), self.moves_text(task, initial_results),
-                 self.instruction(task)]
-        return "\n\n".join(part for part in parts if part)
-
-    def few_shot(self, task):
-        messages = []
-        for fen, move in FEW_SHOT_POSITIONS:
-            side = "white" if fen.split()[1] == "w" else "black"
-            example = TaskView(id="example", domain="chess", inputs={**task.inputs, "fen": fen, "side_to_move": side,
-                                                                     "last_move": None, "mate_in": 1,
-                                                                     "moves_to_find": 1})
-            messages.append(Message("user", self.first_user_message(example, []), kind="few_shot"))
-            messages.append(Message("assistant", (self.prefill + " " + move).strip(), kind="few_shot"))
-        return messages
+        return self.user_message(self.observation_text(task.inputs["observation"]))
 
     def generation_settings(self, state):
-        return GenerationSettings(max_new_tokens=self.max_new_tokens, stop=list(self.stop), prefill=self.prefill)
+        moves = [m["uci"] for m in self.current_observation(state)["legal_moves"]]
+        return GenerationSettings(max_new_tokens=16, choices=[f"<move>{m}</move>" for m in moves])
+
+    def manage_context(self, messages, state):
+        if state.turn == 0:
+            return messages
+        text = self.observation_text(self.current_observation(state))
+        nudge = state.scratch.pop("nudge", None)
+        if nudge:
+            text = text.rstrip() + "\n\nFeedback from the verifier:\n" + nudge
+        kept = [m for m in messages if m.role == "system" or m.kind == "few_shot"]
+        return kept + [Message("user", self.user_message(text))]
 
     def extract_move(self, reply, state):
-        board = chess.Board(state.task.inputs["fen"])
-        first_move_like = None
-        for token in re.findall(r"[A-Za-z0-9][A-Za-z0-9=+#-]*", reply):
-            clean = token.rstrip("+#")
-            for candidate in (clean, clean[:1].upper() + clean[1:], clean.lower()):
-                try:
-                    return board.san(board.parse_san(candidate))
-                except ValueError:
-                    pass
-                try:
-                    return board.san(board.parse_uci(candidate.lower()))
-                except ValueError:
-                    pass
-            if first_move_like is None and MOVE.fullmatch(token):
-                first_move_like = token
-        return first_move_like
+        """One UCI move, or a sentinel naming why there is none."""
+        for pattern in PATTERNS:
+            moves = []
+            for match in pattern.finditer(reply):
+                move = match.group(1).lower()
+                if move not in moves:
+                    moves.append(move)
+            if len(moves) == 1:
+                return moves[0]
+            if moves:
+                return "__ambiguous_multiple_moves__"
+        return "__no_move__"
 
     def parse(self, reply, state):
-        if self.prefill and reply.startswith(self.prefill):
-            reply = reply[len(self.prefill):]
         move = self.extract_move(reply, state)
-        if move is None:
-            return FormatError("the reply is not exactly one move in SAN or UCI")
-        return FinalAnswer(move)
+        if move.startswith("__"):
+            return FormatError(move)
+        return ToolCalls([ToolCall("move", {"move": move, "played": list(state.scratch.get("accepted", []))})])
+
+    def format_nudge(self, parsed):
+        return (f'The verifier could not read exactly one UCI move from "{parsed}". Reply with exactly one move, '
+                "for example <move>e2e4</move>, and no explanation.")
+
+    def illegal_nudge(self, move):
+        return (f'The move "{move}" is not legal in the current position. Pick one of the listed legal moves and '
+                "reply only as <move>uci</move>.")
+
+    def error_feedback(self, error, state):
+        if state.format_errors > self.format_retries:
+            return None
+        state.scratch["nudge"] = self.format_nudge(error.message)
+        return state.scratch["nudge"]
+
+    def format_tool_result(self, result, state):
+        outcome = result.meta.get("outcome")
+        scratch = state.scratch
+        if outcome in ("continue", "solved", "failed"):
+            scratch.setdefault("line", []).append(result.meta.get("move", ""))
+        if outcome == "continue":
+            scratch.setdefault("accepted", []).append(result.meta["move"])
+            scratch["observation"] = result.meta["observation"]
+            return result.output
+        if outcome == "illegal" or outcome == "unreadable":
+            scratch["illegal"] = scratch.get("illegal", 0) + 1
+            if scratch["illegal"] > self.illegal_retries:
+                scratch["done"] = True
+                return "Puzzle failed: the move was illegal in the current position."
+            scratch["nudge"] = self.illegal_nudge(result.meta.get("move", ""))
+            return scratch["nudge"]
+        scratch["done"] = True  # solved, failed, or anything unexpected
+        return result.output
+
+    def should_stop(self, state):
+        return bool(state.scratch.get("done")) or state.turn >= self.max_turns
+
+    def extract_answer(self, state):
+        line = state.scratch.get("line", [])
+        return " ".join(line) if line else None
