@@ -62,3 +62,12 @@ def test_overall_eta_uses_only_executed_jobs_and_ignores_reused_ones():
     assert "50 % of the work" in second and second.endswith("elapsed 0:51 · ETA 1:40")  # 200 left × 0.5 s
     overall.finish(2, "run c", wall_s=100.0, reused=False)
     assert overall.finish(3, "03_main_comparison", wall_s=2.0, reused=False).endswith("ETA 0:00")
+
+
+def test_job_costs_are_each_runs_budget_and_nothing_for_analysis_notebooks(tmp_path):
+    from whalekit import reproduce
+
+    jobs = reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"],
+                          methods=["whale", "weight_only"], grid=False)
+    costs = progress.job_costs(jobs)
+    assert costs == [0.0 if job.run_dir is None else 96.0 for job in jobs] and costs.count(96.0) == 2
