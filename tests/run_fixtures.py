@@ -4,6 +4,7 @@ numbers, so figure and table tests run in milliseconds and can check exact value
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from whalekit.archive import Archive
@@ -28,9 +29,12 @@ def trajectory(task_id: str = "toy-1+2", correct: bool = True, harness: str = "h
 
 
 def write_run(runs_root: Path, method: str, accuracies: list[float], schedule: str | None = None,
-              domain: str = "toy", seed: int = 0, step: int = 32) -> RunDir:
+              domain: str = "toy", seed: int = 0, step: int = 32, problems: int | None = None) -> RunDir:
     """A finished run whose test evaluations have `accuracies` (fractions), one every
-    `step` rollouts, with alternating weight/harness stages and a two-child archive."""
+    `step` rollouts, with alternating weight/harness stages and a two-child archive.
+    With `problems`, each evaluation's trajectories are `problems` tasks × k=2 samples whose
+    solved fraction is exactly the accuracy (the first round(accuracy × 2 × problems)
+    samples, task by task, are correct), as the per-problem intervals need."""
     config = resolve_config("smoke", domain=domain, method=method, schedule=schedule, seed=seed,
                             runs_root=str(runs_root))
     run = RunDir(config.run_dir)
@@ -57,10 +61,18 @@ def write_run(runs_root: Path, method: str, accuracies: list[float], schedule: s
         run.log("test_eval", index=index, reason="x", rollouts=rollouts, weights_version=index, accepted_id=seed_id,
                 k=2, n_tasks=4, stages_done=index, mean_at_k=accuracy, by_subset={"default": accuracy},
                 behaviour={"answered": min(1.0, accuracy + 0.25), "turns": 1.0 + index})
-        run.write_trajectories(f"eval-{index:03d}", [trajectory(correct=accuracy > 0.5), trajectory(correct=False)])
+        run.write_trajectories(f"eval-{index:03d}", _samples(accuracy, problems))
     best = max(range(len(accuracies)), key=lambda i: (accuracies[i], -i))
     run.log("run_end", rollouts=step * (len(accuracies) - 1), budget=step * (len(accuracies) - 1),
             best_mean_at_k=accuracies[best], best_at_rollouts=best * step, final_mean_at_k=accuracies[-1],
             accepted_id=child, by_phase={}, wall_s=1.0)
     run.commit({"finished": True})
     return run
+
+
+def _samples(accuracy: float, problems: int | None) -> list[Trajectory]:
+    if problems is None:
+        return [trajectory(correct=accuracy > 0.5), trajectory(correct=False)]
+    solved = round(accuracy * 2 * problems)
+    return [dataclasses.replace(trajectory(f"toy-{task}", correct=2 * task + sample < solved), sample_index=sample)
+            for task in range(problems) for sample in range(2)]

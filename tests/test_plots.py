@@ -6,7 +6,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pytest
 from matplotlib.colors import to_hex
-from run_fixtures import write_run
+from matplotlib.container import BarContainer
+from run_fixtures import trajectory, write_run
 
 from whalekit import plots, tables
 from whalekit.archive import Archive
@@ -22,12 +23,12 @@ def close_figures():
 @pytest.fixture(scope="module")
 def runs_root(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("runs")
-    write_run(tmp_path, "whale", [0.25, 0.75, 0.5])
-    write_run(tmp_path, "whale", [0.5, 0.25, 1.0], seed=1)
-    write_run(tmp_path, "weight_only", [0.25, 0.5, 0.5])
-    write_run(tmp_path, "stagewise", [0.0, 0.25, 0.5])
-    write_run(tmp_path, "adaptive", [0.25, 0.25, 0.5, 0.5, 0.75])
-    write_run(tmp_path, "whale", [0.0, 1.0], schedule="1.0,2")  # a schedule-grid run, not the main one
+    write_run(tmp_path, "whale", [0.25, 0.75, 0.5], problems=4)
+    write_run(tmp_path, "whale", [0.5, 0.25, 1.0], seed=1, problems=4)
+    write_run(tmp_path, "weight_only", [0.25, 0.5, 0.5], problems=4)
+    write_run(tmp_path, "stagewise", [0.0, 0.25, 0.5], problems=4)
+    write_run(tmp_path, "adaptive", [0.25, 0.25, 0.5, 0.5, 0.75], problems=4)
+    write_run(tmp_path, "whale", [0.0, 1.0], schedule="1.0,2", problems=4)  # a schedule-grid run, not the main one
     return tmp_path
 
 
@@ -37,21 +38,113 @@ def test_best_so_far_never_decreases_and_is_in_percent(runs_root):
     assert run.best["rollouts"] == 32
 
 
-def test_main_table_takes_each_methods_default_schedule_and_averages_seeds(runs_root):
+def _mean_and_interval(cell):
+    mean, rest = cell.split(" [")
+    low, high = rest.split("]")[0].split(", ")
+    return float(mean), float(low), float(high), rest.split("n=")[1]
+
+
+def test_main_table_shows_the_final_number_with_an_interval_over_seeds_and_problems(runs_root):
     table = tables.main_comparison(runs_root, "smoke")
     cells = dict(zip(table["method"], table["toy"]))
-    # whale seeds: best 75 and 100 -> mean 87.5, sample std 17.7; the (1.0, 2) grid run (100) is not "whale" here
-    assert cells == {"WHALE": "87.5 ± 17.7", "WHALE (adaptive)": "75.0", "weights only": "50.0",
-                     "stagewise (W→H)": "50.0"}
+    # whale finals: seed 0 50 %, seed 1 100 % -> 75; the (1.0, 2) grid run is not "whale" here
+    mean, low, high, seeds = _mean_and_interval(cells["WHALE"])
+    assert (mean, seeds) == (75.0, "2") and low < 75.0 < high
+    assert _mean_and_interval(cells["weights only"])[::3] == (50.0, "1")
+    assert _mean_and_interval(cells["WHALE (adaptive)"])[0] == 75.0
+    assert "final test mean@2 (%, after the whole budget)" in table.attrs["caption"]
     by_subset = tables.main_comparison(runs_root, "smoke", by_subset=True)
     assert list(by_subset.columns) == ["method", "toy/default"]
+
+
+def test_every_table_carries_the_h0_control_and_an_optional_floor(runs_root):
+    class Floor:  # the shape of whalekit.domains.chess.baselines.RandomBaseline
+        mean_at_k, per_task = 0.125, {"toy-0": 0.0, "toy-1": 0.5, "toy-2": 0.0, "toy-3": 0.0}
+
+    table = tables.main_comparison(runs_root, "smoke", floors={"toy": {0: Floor()}})
+    cells = dict(zip(table["method"], table["toy"]))
+    # h0 = each seed's first evaluation: whale seed 0 (25 %) and seed 1 (50 %)
+    assert _mean_and_interval(cells[tables.H0_LABEL])[::3] == (37.5, "2")
+    assert _mean_and_interval(cells[tables.FLOOR_LABEL])[::3] == (12.5, "1")
+    assert tables.H0_LABEL in set(tables.schedule_grid(runs_root, "smoke")["schedule"])
+    assert tables.H0_LABEL in set(tables.points_table(runs_root, "smoke")["method"])
+    assert tables.main_comparison(runs_root, "smoke", floors={"toy": 0.04})["toy"].iloc[-1] == "4.0 (no interval)"
+
+
+def test_the_floor_is_computed_on_each_seeds_own_test_problems(runs_root):
+    calls = []
+
+    def score(tasks, k, seed):
+        calls.append((len(tasks), k, seed))
+        return 0.5
+
+    floors = tables.floor_scores(tables.main_runs(runs_root, "smoke"), score)
+    assert floors == {"toy": {0: 0.5, 1: 0.5}} and sorted(calls) == [(4, 2, 0), (4, 2, 1)]
+
+
+def test_three_numbers_per_run_final_selected_by_own_signal_and_best_on_test(tmp_path):
+    run = write_run(tmp_path, "harness_only", [0.25, 1.0, 0.75, 0.5], problems=4)
+    archive = Archive.open(run.root / "archive", "toy")
+    seed_id = archive.seed_id()
+    # search-split scores of the evaluated harness (the seed) at weights versions 1..3:
+    archive.record_evaluation(seed_id, 1, [trajectory(correct=False)], [None])  # 0.0
+    archive.record_evaluation(seed_id, 2, [trajectory(correct=True)], [None])  # 1.0: the signal's pick
+    archive.record_evaluation(seed_id, 3, [trajectory(correct=True), trajectory(correct=False)], [None, None])  # 0.5
+    summary = tables.load_run(run.root)
+    assert summary.selection_signals() == [0.0, 0.0, 1.0, 0.5]
+    assert (summary.final["index"], summary.selected["index"], summary.best["index"]) == (3, 2, 1)
+    table = tables.points_table(tmp_path, "smoke")
+    row = table[table["method"] == "harness only"].iloc[0]
+    labels = [c for c in table.columns if "mean@2" in c]
+    assert [float(row[c].split()[0]) for c in labels] == [50.0, 75.0, 100.0]
+    assert labels[-1].endswith("(selected on test)") and "no test data" in labels[1]
+
+
+def test_weights_only_runs_select_on_their_training_reward(runs_root):
+    run = tables.load_run(runs_root / "smoke" / "toy" / "weight_only-s0")
+    assert run.selection_signals() == [None, 0.5, 0.5]  # no signal before the first RSFT batch
+    assert run.selected is run.final  # ties go to the latest evaluation
+
+
+def test_paired_table_pairs_seeds_and_problems(runs_root):
+    table = tables.paired_comparison(runs_root, "smoke")
+    cells = dict(zip(table["comparison"], table["toy"]))
+    # weights only has seed 0 only; both solve tasks 0 and 1 at the end: difference exactly 0
+    assert cells["WHALE − weights only"] == "+0.0 [+0.0, +0.0] n=1"
+    # against h0: seed 0 gains 25 points, seed 1 gains 50 -> 37.5
+    mean, low, high, seeds = _mean_and_interval(cells[f"WHALE − {tables.H0_LABEL}"])
+    assert (mean, seeds) == (37.5, "2") and low <= 25.0 and high >= 50.0
+
+
+@pytest.fixture
+def with_absent_runs(runs_root, tmp_path):
+    """The toy runs plus a chess domain where only WHALE finished."""
+    import shutil
+
+    shutil.copytree(runs_root, tmp_path, dirs_exist_ok=True)
+    write_run(tmp_path, "whale", [0.25, 0.5], domain="chess", problems=4)
+    return tmp_path
+
+
+def test_absent_runs_are_drawn_as_absent_never_as_zero(with_absent_runs):
+    table = tables.main_comparison(with_absent_runs, "smoke")
+    chess = dict(zip(table["method"], table["chess"]))
+    assert chess["weights only"] == tables.ABSENT and chess["WHALE"].startswith("50.0 [")
+    assert tables.paired_comparison(with_absent_runs, "smoke")["chess"].iloc[0] == tables.ABSENT
+    fig = plots.accuracy_bars_figure(tables.main_runs(with_absent_runs, "smoke"))
+    ax = fig.axes[0]
+    assert sum(t.get_text() == "no run" for t in ax.texts) == 3  # adaptive, weights only, stagewise on chess
+    heights = [p.get_height() for c in ax.containers if isinstance(c, BarContainer) for p in c.patches]
+    assert len(heights) == 5  # four methods on toy, WHALE on chess: no zero-height stand-ins
 
 
 def test_schedule_grid_table_lists_preset_schedules_plus_stagewise(runs_root):
     table = tables.schedule_grid(runs_root, "smoke")
     rows = {r["schedule"]: r for r in table.to_dict("records")}
-    assert list(rows) == ["(E=0.5, I=2)", "(E=1, I=2)", "stagewise (W→H)"]
-    assert rows["(E=1, I=2)"]["best mean@k (%)"] == "100.0"
+    assert list(rows) == ["(E=0.5, I=2)", "(E=1, I=2)", "stagewise (W→H)", tables.H0_LABEL]
+    final, best = "final test mean@2 (%, after the whole budget)", "best test mean@2 (%) over evaluations " \
+        "(selected on test)"
+    assert rows["(E=1, I=2)"][final] == rows["(E=1, I=2)"][best] == "100.0 [100.0, 100.0] n=1"
     assert rows["(E=1, I=2)"]["rollouts at best"] == "32"
     assert rows["(E=1, I=2)"]["rollouts consumed"] == "32"
     assert rows["(E=0.5, I=2)"]["seeds"] == 2
@@ -67,7 +160,7 @@ def test_save_table_writes_markdown_and_csv(runs_root, tmp_path):
     paths = tables.save_table(tables.main_comparison(runs_root, "smoke"), tmp_path / "out" / "table2_main")
     md, csv = (p.read_text() for p in paths)
     assert [p.name for p in paths] == ["table2_main.md", "table2_main.csv"]
-    assert "| method | toy |" in md and "best test mean@2 (%)" in md
+    assert "| method | toy |" in md and "final test mean@2 (%" in md
     assert csv.splitlines()[0] == "method,toy"
 
 
@@ -82,15 +175,21 @@ def test_each_method_has_one_colour_in_every_figure(runs_root):
     for label, method in (("WHALE", "whale"), ("weights only", "weight_only"), ("stagewise (W→H)", "stagewise")):
         assert figure2[label] == figure3[label] == plots.METHOD_COLOURS[method]
     figure1b = plots.best_accuracy_figure(main)
-    bars = {c.get_label(): to_hex(c.patches[0].get_facecolor()) for c in figure1b.axes[0].containers}
+    bars = {c.get_label(): to_hex(c.patches[0].get_facecolor()) for c in figure1b.axes[0].containers
+            if isinstance(c, BarContainer)}
     assert bars["WHALE"] == plots.METHOD_COLOURS["whale"] and bars["weights only"] == plots.METHOD_COLOURS[
         "weight_only"]
 
 
-def test_axes_carry_units(runs_root):
+def test_axes_carry_units_and_figures_say_which_number_they_show(runs_root):
     main = tables.main_runs(runs_root, "smoke")
-    ax = plots.best_so_far_figure(main).axes[0]
-    assert ax.get_xlabel() == "rollouts" and ax.get_ylabel() == "best-so-far test mean@2 (%)"
+    figure2 = plots.best_so_far_figure(main)
+    assert figure2.axes[0].get_xlabel() == "rollouts"
+    assert figure2.axes[0].get_ylabel() == "best-so-far test mean@2 (%)"
+    assert "selected on test" in figure2.get_suptitle()
+    assert "at each evaluation" in plots.accuracy_curve_figure(main).get_suptitle()
+    assert plots.accuracy_bars_figure(main).axes[0].get_title().startswith("final test mean@2")
+    assert "selected on test" in plots.best_accuracy_figure(main).axes[0].get_title()
     bottleneck = plots.bottleneck_figure(main)
     labels = {a.get_title(): a.get_ylabel() for a in bottleneck.axes}
     assert labels["answered"] == "answered (% of test samples)"
@@ -145,3 +244,46 @@ def test_no_runs_is_a_clear_error(tmp_path):
         tables.main_comparison(tmp_path, "smoke")
     with pytest.raises(ValueError, match="no finished runs"):
         plots.best_so_far_figure([])
+
+
+def test_figure_2_draws_the_mean_over_seeds_with_a_band(runs_root):
+    whale = [r for r in tables.main_runs(runs_root, "smoke") if r.method == "whale"]
+    xs, curve = plots.accuracy_curve(whale)
+    # seed 0: 25, 75, 50; seed 1: 50, 25, 100 (%)
+    assert xs == [0, 32, 64] and [100 * c.mean for c in curve] == [37.5, 50.0, 75.0]
+    assert all(c.low <= c.mean <= c.high and c.n_seeds == 2 for c in curve)
+    ax = plots.accuracy_curve_figure(whale).axes[0]
+    assert len(ax.collections) == 1  # the band
+    line = next(line for line in ax.get_lines() if line.get_label() == "WHALE")
+    assert list(line.get_ydata()) == [37.5, 50.0, 75.0]
+    assert any(line.get_label() == tables.H0_LABEL for line in ax.get_lines())
+
+
+def _every_figure(runs_root, main):
+    root = runs_root / "smoke" / "toy" / "whale-0.5,2-s0"
+    archive = Archive.open(root / "archive", "toy")
+    return {"run curve": plots.run_curve_figure(tables.load_run(root)),
+            "figure 1b": plots.accuracy_bars_figure(main, floors={"toy": 0.1}),
+            "figure 1b (best)": plots.best_accuracy_figure(main),
+            "figure 2": plots.accuracy_curve_figure(main, floors={"toy": 0.1}),
+            "figure 2 (best so far)": plots.best_so_far_figure(main),
+            "figure 3": plots.bottleneck_figure([r for r in main if r.domain == "toy"]),
+            "figure 4": plots.schedule_grid_figure(tables.grid_runs(runs_root, "smoke")),
+            "figure 6": plots.adaptive_figure(tables.find_runs(runs_root, "smoke", method="adaptive")),
+            "lineage": plots.lineage_figure(archive)}
+
+
+def test_no_two_texts_overlap_in_any_figure(with_absent_runs):
+    main = tables.main_runs(with_absent_runs, "smoke")
+    toy = [r for r in main if r.domain == "toy"]
+    for runs in (main, toy):
+        for name, fig in _every_figure(with_absent_runs, runs).items():
+            assert plots.overlapping_texts(fig) == [], name
+            plt.close(fig)
+
+
+def test_the_overlap_check_finds_overlapping_text():
+    fig, ax = plt.subplots()
+    ax.text(0.5, 0.5, "one label")
+    ax.text(0.5, 0.5, "another label")
+    assert plots.overlapping_texts(fig) == [("one label", "another label")]

@@ -5,8 +5,13 @@ Every figure uses the same colour per method (`METHOD_COLOURS`), labels its axes
 units ("rollouts", "test mean@8 (%)"), is sized for a paper column (readable at 100 %),
 and `save_figure` writes it as PNG and PDF.
 
-    fig = best_so_far_figure(main_runs("runs", "cpu"))      # Figure 2
-    save_figure(fig, "figures/fig2_best_so_far")            # .png + .pdf
+    fig = accuracy_curve_figure(main_runs("runs", "cpu"))    # Figure 2: mean over seeds, 95 % band
+    save_figure(fig, "figures/fig2_test_accuracy")          # .png + .pdf
+
+Every figure says which of a run's numbers it shows (final, selected by the run's own
+signal, or best over evaluations = selected on test), draws h0 with the initial weights
+beside the methods, marks a missing run as missing (never as 0), and places its text so
+that no two labels overlap (`overlapping_texts` checks).
 """
 
 from __future__ import annotations
@@ -21,7 +26,20 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from whalekit.schedules import AdaptiveConfig
-from whalekit.tables import DOMAIN_ORDER, METHOD_LABELS, METHOD_ORDER, RunSummary, schedule_label
+from whalekit.stats import Interval, bootstrap_mean
+from whalekit.tables import (
+    DOMAIN_ORDER,
+    FLOOR_LABEL,
+    H0_LABEL,
+    METHOD_LABELS,
+    METHOD_ORDER,
+    POINT_LABELS,
+    RunSummary,
+    floor_interval,
+    initial_runs,
+    interval,
+    schedule_label,
+)
 
 # Colour-blind-safe (Okabe–Ito), one per method, identical in every figure.
 METHOD_COLOURS = {"whale": "#0072b2", "adaptive": "#56b4e9", "weight_only": "#e69f00", "harness_only": "#009e73",
@@ -29,6 +47,8 @@ METHOD_COLOURS = {"whale": "#0072b2", "adaptive": "#56b4e9", "weight_only": "#e6
 PAPER_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
                "xtick.labelsize": 7, "ytick.labelsize": 7, "lines.linewidth": 1.4, "axes.spines.top": False,
                "axes.spines.right": False, "savefig.dpi": 200, "figure.dpi": 100}
+CONTROL_COLOUR = "#555555"  # h0 and the floor: not a method
+FIGURE_RESAMPLES = 1000  # bootstrap resamples per drawn interval (tables use stats.N_RESAMPLES)
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PAGE_WIDTH = 7.0
 
@@ -122,54 +142,118 @@ def run_curve_figure(run: RunSummary) -> Figure:
 
 
 # -- main comparison (notebook 03) -----------------------------------------------------
+def accuracy_curve(runs: list[RunSummary], best_so_far: bool = False,
+                   n_resamples: int = FIGURE_RESAMPLES) -> tuple[list[int], list[Interval]]:
+    """One method's curve over seeds: at every rollout count where any seed evaluated, the
+    mean over seeds × test problems of each seed's evaluation in effect there (its latest;
+    with `best_so_far`, its best so far, which selects on test), with its 95 % interval.
+    A seed that ended earlier keeps its last value."""
+    xs = sorted({int(e["rollouts"]) for run in runs for e in run.evals})
+    curve = []
+    for x in xs:
+        per_seed = []
+        for run in runs:
+            seen = [e for e in run.evals if int(e["rollouts"]) <= x]
+            if seen:
+                chosen = max(seen, key=lambda e: (e["mean_at_k"], -e["rollouts"])) if best_so_far else seen[-1]
+                per_seed.append(list(run.problem_scores(chosen).values()))
+        curve.append(bootstrap_mean(per_seed, n_resamples))
+    return xs, curve
+
+
+def _controls(ax: Any, runs: list[RunSummary], floor: Any = None) -> None:
+    """Dashed: h0 with the initial weights (mean over seeds); dotted: the floor, if given."""
+    first = initial_runs(runs).get(runs[0].domain, [])
+    if first:
+        h0 = interval(first, "initial", n_resamples=FIGURE_RESAMPLES)
+        ax.axhline(100 * h0.mean, ls="--", lw=0.8, color=CONTROL_COLOUR, label=H0_LABEL)
+    if floor is not None:
+        value = floor_interval(floor, FIGURE_RESAMPLES)
+        if value is not None:
+            ax.axhline(100 * value.mean, ls=":", lw=0.8, color=CONTROL_COLOUR, label=FLOOR_LABEL)
+
+
 @_paper_style
-def best_so_far_figure(runs: list[RunSummary]) -> Figure:
-    """Figure 2: best-so-far test accuracy against cumulative rollouts, one panel per
-    domain, one line per method (every seed drawn, thin lines for extra seeds)."""
+def accuracy_curve_figure(runs: list[RunSummary], best_so_far: bool = False,
+                         floors: dict[str, Any] | None = None) -> Figure:
+    """Figure 2: test mean@k at each evaluation against cumulative rollouts, one panel per
+    domain, one line per method: the mean over seeds with its 95 % bootstrap band over
+    seeds × test problems; h0 with the initial weights dashed. `best_so_far` draws the
+    paper's best-so-far curve instead, which selects on test (and says so)."""
     _require(runs, "Figure 2")
     groups = _by_domain(runs)
-    fig, axes = _figure(len(groups), ncols=min(3, len(groups)))
+    fig, axes = _figure(len(groups), ncols=min(3, len(groups)), height=2.4)
     for ax, (domain, domain_runs) in zip(axes, groups.items()):
-        labelled: set[str] = set()
-        for run in domain_runs:
-            xs, ys = run.best_so_far()
-            first = run.method not in labelled
-            labelled.add(run.method)
-            ax.plot(xs, ys, drawstyle="steps-post", marker="o", ms=2, color=method_colour(run.method),
-                    alpha=1.0 if first else 0.5,
-                    lw=PAPER_STYLE["lines.linewidth"] if first else 0.8,
-                    label=METHOD_LABELS.get(run.method, run.method) if first else None)
+        for method in METHOD_ORDER:
+            group = [r for r in domain_runs if r.method == method]
+            if not group:
+                continue
+            xs, curve = accuracy_curve(group, best_so_far)
+            colour = method_colour(method)
+            ax.plot(xs, [100 * c.mean for c in curve], drawstyle="steps-post", marker="o", ms=2, color=colour,
+                    label=METHOD_LABELS.get(method, method))
+            ax.fill_between(xs, [100 * c.low for c in curve], [100 * c.high for c in curve], step="post",
+                            color=colour, alpha=0.15, lw=0)
+        _controls(ax, domain_runs, (floors or {}).get(domain))
         ax.set_title(domain)
         ax.set_xlabel("rollouts")
-        ax.set_ylabel("best-so-far " + accuracy_label(domain_runs[0].k))
+        ax.set_ylabel(("best-so-far " if best_so_far else "") + accuracy_label(domain_runs[0].k))
+    what = ("best so far over evaluations (selected on test)" if best_so_far
+            else "at each evaluation (last: after the whole budget)")
+    fig.suptitle(f"test mean@{runs[0].k} {what}; mean over seeds, band: 95 % interval over seeds × problems",
+                 fontsize=PAPER_STYLE["axes.titlesize"])
     _legend(fig, axes)
     return fig
 
 
+def best_so_far_figure(runs: list[RunSummary], floors: dict[str, Any] | None = None) -> Figure:
+    """The paper's Figure 2 (best-so-far, which selects on test), labelled as such."""
+    return accuracy_curve_figure(runs, best_so_far=True, floors=floors)
+
+
 @_paper_style
-def best_accuracy_figure(runs: list[RunSummary]) -> Figure:
-    """Figure 1b: best test mean@k per method and domain as grouped bars (mean over
-    seeds, seeds as dots)."""
+def accuracy_bars_figure(runs: list[RunSummary], point: str = "final", floors: dict[str, Any] | None = None) -> Figure:
+    """Figure 1b: test mean@k at `point` (final | selected | best) per method and domain as
+    grouped bars: the mean over seeds with its 95 % interval (error bar), each seed a dot,
+    a method without a finished run marked "no run" (never a bar of 0); h0 with the initial
+    weights as a dashed segment over each domain (the floor dotted, when given)."""
     _require(runs, "Figure 1b")
     groups = _by_domain(runs)
     methods = [m for m in METHOD_ORDER if any(r.method == m for r in runs)]
-    fig, (ax,) = _figure(1, PAGE_WIDTH, 2.4)
+    fig, (ax,) = _figure(1, PAGE_WIDTH, 2.6)
     width = 0.8 / len(methods)
-    for j, method in enumerate(methods):
-        for i, domain_runs in enumerate(groups.values()):
-            values = [100 * r.best["mean_at_k"] for r in domain_runs if r.method == method]
-            if not values:
-                continue
+    for i, (domain, domain_runs) in enumerate(groups.items()):
+        for j, method in enumerate(methods):
             x = i + (j - (len(methods) - 1) / 2) * width
-            ax.bar(x, sum(values) / len(values), width, color=method_colour(method),
-                   label=METHOD_LABELS.get(method, method) if i == 0 else None)
-            if len(values) > 1:
-                ax.plot([x] * len(values), values, ".", color="black", ms=2)
+            group = [r for r in domain_runs if r.method == method]
+            value = interval(group, point, n_resamples=FIGURE_RESAMPLES)
+            if value is None:
+                ax.text(x, 1, "no run", rotation=90, ha="center", va="bottom", fontsize=5, color=CONTROL_COLOUR)
+                continue
+            ax.bar(x, 100 * value.mean, width, color=method_colour(method),
+                   label=METHOD_LABELS.get(method, method),
+                   yerr=[[100 * max(0.0, value.mean - value.low)], [100 * max(0.0, value.high - value.mean)]],
+                   error_kw={"elinewidth": 0.7, "capsize": 1.5})
+            ax.plot([x] * len(group), [100 * r.point(point)["mean_at_k"] for r in group], ".", color="black", ms=2)
+        first = initial_runs(domain_runs)[domain]
+        h0 = interval(first, "initial", n_resamples=FIGURE_RESAMPLES)
+        ax.plot([i - 0.45, i + 0.45], [100 * h0.mean] * 2, "--", color=CONTROL_COLOUR, lw=0.9, label=H0_LABEL)
+        floor = floor_interval((floors or {}).get(domain), FIGURE_RESAMPLES)
+        if floor is not None:
+            ax.plot([i - 0.45, i + 0.45], [100 * floor.mean] * 2, ":", color=CONTROL_COLOUR, lw=0.9,
+                    label=FLOOR_LABEL)
     ax.set_xticks(range(len(groups)), list(groups))
     ax.set_xlabel("domain")
-    ax.set_ylabel("best " + accuracy_label(runs[0].k))
+    ax.set_ylabel(accuracy_label(runs[0].k))
+    ax.set_title(POINT_LABELS[point].format(k=runs[0].k) + "; bars: mean over seeds, error bars: 95 % interval, "
+                 "dots: seeds")
     _legend(fig, [ax])
     return fig
+
+
+def best_accuracy_figure(runs: list[RunSummary], floors: dict[str, Any] | None = None) -> Figure:
+    """The paper's Figure 1b (best over evaluations, which selects on test), labelled as such."""
+    return accuracy_bars_figure(runs, "best", floors)
 
 
 # -- bottleneck (notebook 04) ----------------------------------------------------------
@@ -208,7 +292,7 @@ def bottleneck_figure(runs: list[RunSummary], metrics: list[str] | None = None) 
         ax.set_title(metric.replace("_", " "))
         ax.set_xlabel("rollouts")
         ax.set_ylabel(f"{metric.replace('_', ' ')} ({'% of test samples' if percent else 'mean per sample'})")
-    fig.suptitle(f"{runs[0].domain}: behaviour on the test split (★ = each method's best-accuracy point)",
+    fig.suptitle(f"{runs[0].domain}: behaviour on the test split (★ = each run's best test accuracy, selected on test)",
                  fontsize=PAPER_STYLE["axes.titlesize"])
     _legend(fig, axes)
     return fig
@@ -228,30 +312,34 @@ def schedule_colours(labels: list[str]) -> dict[str, Any]:
 
 @_paper_style
 def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
-    """Figure 4: best-so-far curves per schedule (left) and each schedule's best accuracy
-    with the rollouts at which it was reached (right)."""
+    """Figure 4: per schedule, test mean@k at each evaluation against rollouts (mean over
+    seeds; left) and the final test mean@k with its 95 % interval (bars) beside the best
+    over evaluations (diamonds, selected on test; right); h0 dashed in both."""
     _require(runs, "Figure 4")
     labels = list(dict.fromkeys(schedule_label(r) for r in runs))
     colours = schedule_colours(labels)
-    fig, (left, right) = _figure(2, PAGE_WIDTH, 2.5)
+    fig, (left, right) = _figure(2, PAGE_WIDTH, 2.6)
     for label in labels:
-        group = [r for r in runs if schedule_label(r) == label]
-        for n, run in enumerate(group):
-            left.plot(*run.best_so_far(), drawstyle="steps-post", color=colours[label], alpha=1 if n == 0 else 0.5,
-                      label=label if n == 0 else None)
+        xs, curve = accuracy_curve([r for r in runs if schedule_label(r) == label])
+        left.plot(xs, [100 * c.mean for c in curve], drawstyle="steps-post", color=colours[label], label=label)
+    _controls(left, runs)
     left.set_xlabel("rollouts")
-    left.set_ylabel("best-so-far " + accuracy_label(runs[0].k))
-    left.set_title(f"{runs[0].domain}: schedules")
+    left.set_ylabel(accuracy_label(runs[0].k))
+    left.set_title(f"{runs[0].domain}: test mean@{runs[0].k} at each evaluation (mean over seeds)")
     for i, label in enumerate(labels):
         group = [r for r in runs if schedule_label(r) == label]
-        best = sum(100 * r.best["mean_at_k"] for r in group) / len(group)
-        at = sum(r.best["rollouts"] for r in group) / len(group)
-        right.bar(i, best, color=colours[label])
-        right.annotate(f"{at:.0f}", (i, best), ha="center", va="bottom", fontsize=6)
+        final = interval(group, "final", n_resamples=FIGURE_RESAMPLES)
+        best = interval(group, "best", n_resamples=FIGURE_RESAMPLES)
+        right.bar(i, 100 * final.mean, color=colours[label],
+                  yerr=[[100 * max(0.0, final.mean - final.low)], [100 * max(0.0, final.high - final.mean)]],
+                  error_kw={"elinewidth": 0.7, "capsize": 1.5})
+        right.plot(i, 100 * best.mean, "D", color="black", ms=3, label="best over evaluations (selected on test)")
+    h0 = interval(initial_runs(runs)[runs[0].domain], "initial", n_resamples=FIGURE_RESAMPLES)
+    right.axhline(100 * h0.mean, ls="--", lw=0.8, color=CONTROL_COLOUR)
     right.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
-    right.set_ylabel("best " + accuracy_label(runs[0].k))
-    right.set_xlabel("schedule (number on bar: rollouts at best)")
-    _legend(fig, [left])
+    right.set_ylabel(accuracy_label(runs[0].k))
+    right.set_title("bars: final (after the whole budget), 95 % interval")
+    _legend(fig, [left, right])
     return fig
 
 
@@ -377,3 +465,35 @@ def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = ""
     ax.set_title(title or f"harness lineage ({len(entries)} candidates; accepted path thick)")
     fig.tight_layout()
     return fig
+
+
+# -- layout check ------------------------------------------------------------------------
+def overlapping_texts(fig: Figure) -> list[tuple[str, str]]:
+    """Pairs of texts drawn on top of each other when `fig` is rendered (titles, labels,
+    tick labels, legend entries, annotations): empty for a readable figure. Only the
+    texts the renderer actually draws count (ticks outside the view are not drawn)."""
+    from matplotlib.text import Text
+
+    drawn: list[Text] = []
+    original = Text.draw
+
+    def record(self: Text, renderer: Any) -> None:
+        if self.get_visible() and self.get_text().strip():
+            drawn.append(self)
+        original(self, renderer)
+
+    Text.draw = record  # type: ignore[method-assign]
+    try:
+        fig.canvas.draw()
+    finally:
+        Text.draw = original  # type: ignore[method-assign]
+    renderer = fig.canvas.get_renderer()
+    boxes = [(t, t.get_window_extent(renderer)) for t in dict.fromkeys(drawn)]
+    pairs = []
+    for i, (a, box_a) in enumerate(boxes):
+        for b, box_b in boxes[i + 1:]:
+            # 0.5 px of slack: touching is not overlapping
+            if (min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0) > 0.5
+                    and min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0) > 0.5):
+                pairs.append((a.get_text(), b.get_text()))
+    return pairs
