@@ -239,3 +239,61 @@ def test_unknown_sampler_names_the_choices():
 
     with pytest.raises(ModelSpecError, match="'hf'.*'vllm'.*'auto'"):
         load_policy("tiny-random", sampler="tgi")
+
+
+# -- continuous batching (samplers with submit/poll: vLLM) ----------------------------------
+def _continuous_or_skip(sampler):
+    if not sampler.continuous:
+        pytest.skip(f"{type(sampler).__name__} samples in lock-step only (no submit/poll)")
+
+
+def test_submitted_requests_finish_as_generate_would_sample_them(sampler):
+    _continuous_or_skip(sampler)
+    prompts = _prompts(sampler.tokenizer, 4)
+    requests = [GenerationRequest(prompts[0], 9), GenerationRequest(prompts[1], 14, ["\n"]),
+                GenerationRequest(prompts[2], 12, choices=CHOICES), GenerationRequest(prompts[3], 5)]
+    expected = sampler.generate(requests, GREEDY)
+    for i, request in enumerate(requests[:2]):
+        sampler.submit(f"k{i}", request, GREEDY)
+    done = dict(sampler.poll())
+    for i, request in enumerate(requests[2:], start=2):  # join while the first two are decoding
+        sampler.submit(f"k{i}", request, GREEDY)
+    while len(done) < len(requests):
+        done.update(sampler.poll())
+    assert sampler.poll() == []
+    for i, completion in enumerate(expected):
+        assert done[f"k{i}"].token_ids == completion.token_ids
+        assert done[f"k{i}"].finish_reason == completion.finish_reason
+        assert done[f"k{i}"].text == completion.text
+    assert done["k2"].text in CHOICES
+
+
+def test_continuous_and_lockstep_rollouts_record_the_same_greedy_trajectories(sampler):
+    from whalekit.domains.base import get_domain
+    from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+    from whalekit.harness import FinalAnswer, GenerationSettings, Harness, ToolCalls
+    from whalekit.types import ToolCall
+
+    _continuous_or_skip(sampler)
+
+    class CalculatorTwice(Harness):  # two tool turns, then an answer: three turns per episode
+        max_turns = 3
+
+        def generation_settings(self, state):
+            return GenerationSettings(max_new_tokens=4 + 3 * state.turn, stop=["\n"] if state.turn == 1 else [])
+
+        def parse(self, reply, state):
+            if state.turn < 3:
+                return ToolCalls([ToolCall("calculator", {"expression": f"{state.turn} + {len(reply)}"})])
+            return FinalAnswer(reply)
+
+    domain = get_domain("toy")
+    tasks = domain.load_splits(5, 1, 1, seed=0).train
+    episodes = [Episode(t, InProcessHarness(CalculatorTwice())) for t in tasks]
+    runs = {s: rollout(domain, episodes, sampler, RolloutConfig(temperature=0.0, progress=False, scheduling=s))
+            for s in ("lockstep", "continuous")}
+    for a, b in zip(runs["lockstep"], runs["continuous"]):
+        assert len(a.turns) == 3 and a.error is None
+        assert [(t.prompt_ids, t.completion_ids, t.finish_reason) for t in a.turns] == \
+               [(t.prompt_ids, t.completion_ids, t.finish_reason) for t in b.turns]
+        assert a.messages == b.messages

@@ -1,9 +1,14 @@
-"""The batched, lock-step, multi-turn rollout engine.
+"""The batched multi-turn rollout engine, in two schedules.
 
-Every turn it gathers the prompts of all live episodes into one sampler call, then
-advances each episode through its harness; tool calls from all episodes run
-concurrently. A failure inside one episode (a harness exception, a context overflow)
-ends that episode with the error recorded, never the batch.
+Continuous (samplers with `submit`/`poll`, e.g. vLLM): each episode advances on its
+own; its next turn is submitted as soon as its previous completion and tool calls are
+done, while the sampler keeps decoding the other episodes' turns. Lock-step (any
+sampler, e.g. transformers): every turn gathers the prompts of all live episodes into
+one `generate` call, so each turn waits for its longest completion. Either way harness
+hooks run on this thread (an isolated harness is one pipe, so its calls stay in
+order), tool calls run in a thread pool, per-turn seeds derive from the episode and
+its turn number alone, and a failure inside one episode (a harness exception, a context
+overflow) ends that episode with the error recorded, never the batch.
 
     trajectories = rollout(domain, [Episode(task, harness, i) for i in range(8)], policy.sampler,
                            RolloutConfig(temperature=1.0, seed=0))
@@ -13,14 +18,14 @@ from __future__ import annotations
 
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from whalekit.domains.base import Domain
 from whalekit.episode import EpisodeDriver, Finished, GenerateRequest, Request, ToolRequest, harness_id, load_harness
 from whalekit.harness import Harness
-from whalekit.samplers.base import GenerationRequest, Sampler, SamplingParams
+from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams
 from whalekit.types import Task, TaskView, ToolResult, Trajectory, Turn
 
 
@@ -35,10 +40,16 @@ class RolloutConfig:
     tool_workers: int = 8  # concurrent tool calls (sandboxes are separate processes)
     progress: bool = True  # tqdm bar over finished episodes
     description: str = "rollout"
+    scheduling: str = "auto"  # "continuous", "lockstep", or "auto": continuous when the sampler supports it
 
     def __post_init__(self) -> None:
         if self.max_context_tokens <= 0 or self.tool_workers <= 0:
             raise ValueError("max_context_tokens and tool_workers must be positive")
+        if self.scheduling not in SCHEDULES:
+            raise ValueError(f"scheduling must be one of {', '.join(SCHEDULES)}, got {self.scheduling!r}")
+
+
+SCHEDULES = ("auto", "continuous", "lockstep")
 
 
 class EpisodeHandle(Protocol):
@@ -86,6 +97,7 @@ class _Live:
     trajectory: Trajectory
     handle: EpisodeHandle | None = None
     request: Request | None = None
+    submitted: bool = False  # continuous schedule: its GenerateRequest is with the sampler
     started: float = field(default_factory=time.perf_counter)
     last_messages: list[Any] = field(default_factory=list)  # kept for episodes that end in an error
 
@@ -107,8 +119,10 @@ def rollout(domain: Domain, episodes: list[Episode], sampler: Sampler, config: R
             policy_version: int | None = None) -> list[Trajectory]:
     """Run all episodes to the end; return one verified Trajectory per episode, in order."""
     config = config or RolloutConfig()
-    tokenizer = sampler.tokenizer
-    toolbox = domain.toolbox()
+    continuous = config.scheduling == "continuous" or (config.scheduling == "auto" and sampler.continuous)
+    if continuous and not sampler.continuous:
+        raise ValueError(f"{type(sampler).__name__} samples in lock-step only (no submit/poll); "
+                         "use scheduling='lockstep' or 'auto'")
     version = sampler.version if policy_version is None else policy_version
     live: list[_Live] = []
     for ep in episodes:
@@ -118,51 +132,132 @@ def rollout(domain: Domain, episodes: list[Episode], sampler: Sampler, config: R
         item = _Live(ep, traj)
         item.request = _safe(item, lambda item=item: _begin(item))
         live.append(item)
-
     bar = _progress(len(live), config)
-    finished = 0
-    call = 0
     with ThreadPoolExecutor(max_workers=config.tool_workers) as pool:
-        while True:
-            _run_tools(live, toolbox, pool)
-            for item in live:
-                if isinstance(item.request, Finished) and "wall_s" not in item.trajectory.timings:
-                    _finish(domain, item)
-                    finished += 1
-                    bar.update(1)
-            pending = [it for it in live if isinstance(it.request, GenerateRequest)]
-            if not pending:
-                break
-            requests, owners = [], []
-            for item in pending:
-                assert isinstance(item.request, GenerateRequest)
-                item.last_messages = item.request.messages
-                prompt = _prompt_ids(tokenizer, item.request)
-                limit = item.request.settings.max_new_tokens
-                if len(prompt) + limit > config.max_context_tokens:
-                    item.request = Finished(None, f"context_overflow: prompt {len(prompt)} + {limit} new tokens "
-                                                  f"> {config.max_context_tokens}")
-                    continue
-                turn_seed = _derive_seed(item.trajectory.seed, len(item.trajectory.turns))
-                choices = item.request.settings.choices
-                requests.append(GenerationRequest(prompt, limit, list(item.request.settings.stop), turn_seed,
-                                                  list(choices) if choices else None))
-                owners.append(item)
-            if not requests:
-                continue
-            params = SamplingParams(config.temperature, config.top_p, _derive_seed(config.seed, config.step, call),
-                                    config.top_k)
-            call += 1
-            completions = sampler.generate(requests, params)
-            for item, req, completion in zip(owners, requests, completions):
-                assert isinstance(item.request, GenerateRequest)
-                prefill = item.request.settings.prefill
-                item.trajectory.turns.append(Turn(req.prompt_ids, completion.token_ids, completion.text,
-                                                  completion.finish_reason, prefill))
-                handle = item.handle
-                item.request = _safe(item, lambda h=handle, c=completion, p=prefill: h.after_generation(c.text, p))
+        (_continuous if continuous else _lockstep)(domain, live, sampler, config, pool, bar)
     bar.close()
     return [item.trajectory for item in live]
+
+
+def _lockstep(domain: Domain, live: list[_Live], sampler: Sampler, config: RolloutConfig, pool: ThreadPoolExecutor,
+              bar: Any) -> None:
+    toolbox = domain.toolbox()
+    call = 0
+    while True:
+        _run_tools(live, toolbox, pool)
+        _finish_done(domain, live, bar)
+        pending = [it for it in live if isinstance(it.request, GenerateRequest)]
+        if not pending:
+            return
+        requests, owners = [], []
+        for item in pending:
+            request = _generation_request(item, sampler.tokenizer, config)
+            if request is not None:
+                requests.append(request)
+                owners.append(item)
+        if not requests:
+            continue
+        params = SamplingParams(config.temperature, config.top_p, _derive_seed(config.seed, config.step, call),
+                                config.top_k)
+        call += 1
+        completions = sampler.generate(requests, params)
+        for item, req, completion in zip(owners, requests, completions):
+            _after_generation(item, req, completion)
+
+
+def _continuous(domain: Domain, live: list[_Live], sampler: Sampler, config: RolloutConfig, pool: ThreadPoolExecutor,
+                bar: Any) -> None:
+    """Each episode on its own: whatever can advance does, then one sampler step (or,
+    with nothing sampling, a wait for the first tool call to return)."""
+    toolbox = domain.toolbox()
+    sampling: dict[str, tuple[_Live, GenerationRequest]] = {}  # sampler key -> episode, its request
+    tools: dict[int, tuple[_Live, list[Future[ToolResult]]]] = {}  # id(episode) -> its running tool calls
+    submitted = 0
+    while True:
+        moved = True
+        while moved:  # advance every episode that need not wait, until none can
+            moved = False
+            for key, (item, futures) in list(tools.items()):
+                if all(f.done() for f in futures):
+                    del tools[key]
+                    _after_tools(item, [f.result() for f in futures])
+                    moved = True
+            for item in live:
+                if isinstance(item.request, ToolRequest) and id(item) not in tools:
+                    # the Task itself: the toolbox hands ordinary tools a view, environment tools the reference
+                    task = item.episode.task
+                    tools[id(item)] = (item, [pool.submit(toolbox.run, c, task) for c in item.request.calls])
+                elif isinstance(item.request, GenerateRequest) and not item.submitted:
+                    request = _generation_request(item, sampler.tokenizer, config)
+                    if request is None:  # context overflow: the episode is finished
+                        moved = True
+                        continue
+                    key = f"{submitted}"
+                    submitted += 1
+                    params = SamplingParams(config.temperature, config.top_p, request.seed or 0, config.top_k)
+                    try:
+                        sampler.submit(key, request, params)
+                    except Exception as exc:  # a request the sampler refuses ends its own episode only
+                        item.request = Finished(None, f"sampler_error: {type(exc).__name__}: {exc}")
+                        moved = True
+                        continue
+                    item.submitted = True
+                    sampling[key] = (item, request)
+            _finish_done(domain, live, bar)
+        if sampling:
+            for key, completion in sampler.poll():
+                item, request = sampling.pop(key)
+                item.submitted = False
+                _after_generation(item, request, completion)
+        elif tools:
+            wait([f for _, futures in tools.values() for f in futures], return_when=FIRST_COMPLETED)
+        else:
+            return
+
+
+def _generation_request(item: _Live, tokenizer: Any, config: RolloutConfig) -> GenerationRequest | None:
+    """The sampler request for an episode's next turn, or None when it would overflow
+    the context (the episode is then finished with that error)."""
+    assert isinstance(item.request, GenerateRequest)
+    item.last_messages = item.request.messages
+    prompt = _prompt_ids(tokenizer, item.request)
+    limit = item.request.settings.max_new_tokens
+    if len(prompt) + limit > config.max_context_tokens:
+        item.request = Finished(None, f"context_overflow: prompt {len(prompt)} + {limit} new tokens "
+                                      f"> {config.max_context_tokens}")
+        return None
+    turn_seed = _derive_seed(item.trajectory.seed, len(item.trajectory.turns))
+    choices = item.request.settings.choices
+    return GenerationRequest(prompt, limit, list(item.request.settings.stop), turn_seed,
+                             list(choices) if choices else None)
+
+
+def _after_generation(item: _Live, request: GenerationRequest, completion: Completion) -> None:
+    assert isinstance(item.request, GenerateRequest)
+    prefill = item.request.settings.prefill
+    item.trajectory.turns.append(Turn(request.prompt_ids, completion.token_ids, completion.text,
+                                      completion.finish_reason, prefill))
+    handle = item.handle
+    item.request = _safe(item, lambda h=handle, c=completion, p=prefill: h.after_generation(c.text, p))
+
+
+def _after_tools(item: _Live, results: list[ToolResult]) -> None:
+    assert isinstance(item.request, ToolRequest)
+    if item.trajectory.turns:
+        item.trajectory.turns[-1].tool_calls.extend(item.request.calls)
+        item.trajectory.turns[-1].tool_results.extend(results)
+    else:
+        item.trajectory.flags.setdefault("initial_tool_results", []).extend(
+            {"name": r.name, "ok": r.ok, "meta": r.meta} for r in results)
+    handle = item.handle
+    item.request = _safe(item, lambda h=handle, r=results: h.after_tools(r))
+
+
+def _finish_done(domain: Domain, live: list[_Live], bar: Any) -> None:
+    for item in live:
+        if isinstance(item.request, Finished) and "wall_s" not in item.trajectory.timings:
+            _finish(domain, item)
+            bar.update(1)
 
 
 def _begin(item: _Live) -> Request:
@@ -195,16 +290,7 @@ def _run_tools(live: list[_Live], toolbox: Any, pool: ThreadPoolExecutor) -> Non
             task = item.episode.task
             futures[id(item)] = [pool.submit(toolbox.run, call, task) for call in item.request.calls]
         for item in waiting:
-            assert isinstance(item.request, ToolRequest)
-            results = [f.result() for f in futures[id(item)]]
-            if item.trajectory.turns:
-                item.trajectory.turns[-1].tool_calls.extend(item.request.calls)
-                item.trajectory.turns[-1].tool_results.extend(results)
-            else:
-                item.trajectory.flags.setdefault("initial_tool_results", []).extend(
-                    {"name": r.name, "ok": r.ok, "meta": r.meta} for r in results)
-            handle = item.handle
-            item.request = _safe(item, lambda h=handle, r=results: h.after_tools(r))
+            _after_tools(item, [f.result() for f in futures[id(item)]])
 
 
 def _prompt_ids(tokenizer: Any, request: GenerateRequest) -> list[int]:

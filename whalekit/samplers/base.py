@@ -53,9 +53,20 @@ class Completion:
 class Sampler(ABC):
     tokenizer: Any
     version: int = 0  # bumped by every load_weights: the policy version of new samples
+    continuous: bool = False  # True where submit/poll work: the engine then lets each episode advance on its own
 
     @abstractmethod
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]: ...
+
+    # Continuous batching, for samplers with an engine loop of their own (vLLM). A request
+    # submitted while others decode joins the running batch at the sampler's next step.
+    def submit(self, key: str, request: GenerationRequest, params: SamplingParams) -> None:
+        """Start sampling `request`; its completion comes back from a later `poll` under `key`."""
+        raise NotImplementedError(f"{type(self).__name__} samples in lock-step only")
+
+    def poll(self) -> list[tuple[str, Completion]]:
+        """Advance sampling by about one engine step; return the requests that finished, by key."""
+        raise NotImplementedError(f"{type(self).__name__} samples in lock-step only")
 
     @abstractmethod
     def load_weights(self, state_dict: Mapping[str, Any]) -> None: ...

