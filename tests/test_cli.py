@@ -96,7 +96,9 @@ def test_report_refuses_paths_that_are_not_runs(capsys, tmp_path):
 
 
 def test_report_summarises_runs_and_the_runs_below_a_folder(capsys, tmp_path):
-    _fake_run(tmp_path / "smoke" / "toy" / "whale-0.5,1-s0", finished=True)
+    run = _fake_run(tmp_path / "smoke" / "toy" / "whale-0.5,1-s0", finished=True)
+    _fake_run(run / "checkpoints" / "step-1", finished=False)  # a model's config.json, not a run's
+    (run / "checkpoints" / "step-1" / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     _fake_run(tmp_path / "smoke" / "toy" / "whale-1,1-s0", finished=False)
     code, out, _ = run_cli(capsys, "report", str(tmp_path / "smoke"))
     lines = out.splitlines()

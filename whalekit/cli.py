@@ -15,6 +15,7 @@ line on stderr and exit status 2; `validate` exits 1 when the harness is rejecte
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -42,15 +43,24 @@ def run_paths(paths: list[str]) -> list[Path]:
     wrong = []
     for name in paths:
         path = Path(name)
-        if (path / "config.json").is_file():
+        if is_run(path):
             found.append(path)
-        elif path.is_dir() and (below := sorted(p.parent for p in path.rglob("config.json"))):
+        elif path.is_dir() and (below := sorted(p.parent for p in path.rglob("config.json") if is_run(p.parent))):
             found += below
         else:
             wrong.append(name)
     if wrong:
         raise CLIError(f"not a run directory (no config.json in or below it): {', '.join(wrong)}")
     return found
+
+
+def is_run(path: Path) -> bool:
+    """A run directory: its config.json is a run's (checkpoints hold a model's config.json)."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and {"domain", "method", "schedule"} <= set(config)
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, preset: str = "cpu") -> None:

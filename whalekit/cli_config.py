@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 import typing
 from typing import Any
@@ -26,6 +27,9 @@ FLAG_FIELDS = {"domain": "--domain", "method": "--method", "seed": "--seed", "pr
                "runs_root": "--runs-root"}
 
 
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     """--set rsft.learning_rate=1e-4 --set budget=512 -> nested dict (values parsed as YAML)."""
     out: dict[str, Any] = {}
@@ -37,6 +41,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError as exc:
             raise CLIError(f"--set {key}: value {value!r} is not YAML ({one_line(str(exc))})") from None
+        if isinstance(parsed, str) and _EXPONENT_FLOAT.fullmatch(value.strip()):
+            parsed = float(value)  # YAML 1.1 reads 1e-4 (no dot) as a string
         node = out
         parts = key.split(".")
         for part in parts[:-1]:
