@@ -37,6 +37,7 @@ lint: install
 
 test: install
 	$(VENV)/bin/ruff check whalekit tests bench
+	$(VENV)/bin/mypy  # over whalekit/ ([tool.mypy] in pyproject.toml)
 	$(VENV)/bin/pytest
 
 test-fast: install

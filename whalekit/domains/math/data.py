@@ -179,8 +179,8 @@ def _unique_ids(tasks: list[Task]) -> list[Task]:
 
 
 def source_for(path: str | Path) -> str:
-    """The source a file's name names ("aime_2024.jsonl" -> "aime"), for test files."""
-    name = Path(path).name.lower()
+    """The source a file's path names ("aime_2024.jsonl", "gsm8k/test.jsonl"), for test files."""
+    name = Path(path).as_posix().lower()
     for source in SOURCES:
         if source in name:
             return source
