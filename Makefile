@@ -43,9 +43,10 @@ test: install
 test-fast: install
 	$(VENV)/bin/pytest -m "not slow"
 
-# JupyterLab on the notebooks folder, with this environment as the kernel (LAB_ARGS="--no-browser" on a server)
+# JupyterLab on the notebooks folder, with this environment as the kernel (LAB_ARGS="--no-browser" on a server);
+# as root (containers) Jupyter refuses to start without --allow-root
 lab: install
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(LAB_ARGS)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
 
 reproduce: install
 	$(PY) -m whalekit.reproduce --preset $(PRESET)

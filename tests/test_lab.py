@@ -25,7 +25,7 @@ def _lab_command(port: int, token: str) -> str:
     bin_dir = str(Path(sys.executable).parent)
     args = (f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port={port} "
             f"--IdentityProvider.token={token} --ServerApp.port_retries=0")
-    return line.replace("$(VENV)/bin", bin_dir).replace("$(LAB_ARGS)", args)
+    return line.replace("$(VENV)/bin", bin_dir).replace("$(LAB_ARGS)", args).replace("$$", "$")
 
 
 def _free_port() -> int:
@@ -64,5 +64,6 @@ def test_make_lab_serves_the_notebooks(tmp_path):
                 "Authorization": f"token {token}"}), timeout=10) as page:
             assert b"JupyterLab" in page.read()
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
