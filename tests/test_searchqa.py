@@ -87,11 +87,11 @@ def test_generic_qa_jsonl_keeps_subsets_and_gold_documents():
 
 
 @pytest.mark.parametrize("lines, message", [
-    (['{"question": "a?", "answer": ["x"]}', '{"question": "b?"}'], r"bad\.jsonl line 2: no answer field"),
+    (['{"question": "a?", "answer": ["x"]}', '{"question": "b?"}'], r"bad\.jsonl:2: no answer field"),
     (['{"question": "a?", "answer": ["x"]}', "", '{"question": "b?", "answer": [}'],
-     r"bad\.jsonl line 3: invalid JSON"),
-    (['{"question": 5, "answer": ["x"]}'], r"bad\.jsonl line 1: field 'question' should be str"),
-    (['{"question": "a?", "answer": []}'], r"bad\.jsonl line 1: field 'answer'"),
+     r"bad\.jsonl:3: invalid JSON"),
+    (['{"question": 5, "answer": ["x"]}'], r"bad\.jsonl:1: field 'question' should be str"),
+    (['{"question": "a?", "answer": []}'], r"bad\.jsonl:1: field 'answer'"),
 ])
 def test_malformed_qa_rows_name_file_and_line(tmp_path, lines, message):
     path = tmp_path / "bad.jsonl"
@@ -103,12 +103,12 @@ def test_malformed_qa_rows_name_file_and_line(tmp_path, lines, message):
 def test_malformed_corpus_and_hotpot_rows_name_file_and_row(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n')
-    duplicate = r"corpus\.jsonl line 2: duplicate document id 'a' \(first at .* line 1\)"
+    duplicate = r"corpus\.jsonl:2: duplicate document id 'a' \(first at .*corpus\.jsonl:1\)"
     with pytest.raises(DataFormatError, match=duplicate):
         load_corpus_jsonl(corpus)
     hotpot = tmp_path / "hotpot.json"
     hotpot.write_text(json.dumps([{"_id": "q", "question": "?", "answer": "x", "context": [["only a title"]]}]))
-    bad_context = r"hotpot\.json item 1: context entry 1 should be \[title, \[sentences\]\]"
+    bad_context = r"hotpot\.json:1: context entry 1 should be \[title, \[sentences\]\]"
     with pytest.raises(DataFormatError, match=bad_context):
         load_hotpotqa(hotpot)
 

@@ -230,7 +230,9 @@ class Archive:
         """(id, score, n) at one weights version, best first. Ties go to the candidate with
         fewer mean model turns per episode (the authors' tie-break), then to the earlier one."""
         version = self.latest_weights_version() if weights_version is None else weights_version
-        rows = [(e, e.score(version)) for e in self.entries() if version is not None]
+        if version is None:
+            return []
+        rows = [(e, e.score(version)) for e in self.entries()]
         ranked = sorted(((e, s) for e, s in rows if s is not None),
                         key=lambda pair: (-pair[1], _mean_turns(pair[0].scores[version]), pair[0].seq))
         return [(e.id, s, int(e.scores[version]["n"])) for e, s in ranked]

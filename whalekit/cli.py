@@ -1,33 +1,26 @@
-"""Command line: run one (domain, method, schedule, seed), the schedule grid, or report.
+"""Command line: run one (domain, method, schedule, seed), the schedule grid, report runs,
+and score or check one harness file.
 
     whalekit run --domain chess --method whale --schedule 0.2,6 --preset cpu --seed 0
+    whalekit run --domain chess --preset cpu --set budget=512 --print-config
     whalekit grid --domain chess --preset cpu
     whalekit report runs/cpu/chess/*
+    whalekit eval --domain toy --harness my_harness.py --preset smoke --split search --samples 4
+    whalekit validate my_harness.py --domain toy
+
+Errors in what was typed (unknown `--set` keys, bad values, paths that are not runs) are one
+line on stderr and exit status 2; `validate` exits 1 when the harness is rejected.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-
-def _overrides(pairs: list[str]) -> dict[str, Any]:
-    """--set rsft.learning_rate=1e-4 --set budget=512 -> nested dict (values parsed as YAML)."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise SystemExit(f"--set takes KEY=VALUE, got {pair!r}")
-        key, value = pair.split("=", 1)
-        node = out
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(value)
-    return out
+from whalekit.cli_config import CLIError, config_yaml, resolve
 
 
 def summary_line(run: Any) -> str:
@@ -43,53 +36,114 @@ def summary_line(run: Any) -> str:
             f"{e.get('wall_s', 0):.0f} s  [{run.root}]")
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_paths(paths: list[str]) -> list[Path]:
+    """Run directories named on the command line: a run (it has config.json) stands for
+    itself, a folder stands for every run below it; anything else is an error."""
+    found: list[Path] = []
+    wrong = []
+    for name in paths:
+        path = Path(name)
+        if is_run(path):
+            found.append(path)
+        elif path.is_dir() and (below := sorted(p.parent for p in path.rglob("config.json") if is_run(p.parent))):
+            found += below
+        else:
+            wrong.append(name)
+    if wrong:
+        raise CLIError(f"not a run directory (no config.json in or below it): {', '.join(wrong)}")
+    return found
+
+
+def is_run(path: Path) -> bool:
+    """A run directory: its config.json is a run's (checkpoints hold a model's config.json)."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and {"domain", "method", "schedule"} <= set(config)
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, preset: str = "cpu") -> None:
+    parser.add_argument("--preset", default=preset, help="smoke | cpu | paper, or a preset YAML file")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--runs-root", default="runs")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a preset field, e.g. rsft.learning_rate=1e-4 (value parsed as YAML)")
+    parser.add_argument("--isolation", choices=("sandbox", "none"), default=None,
+                        help="none runs untrusted code WITHOUT the sandbox: trusted code and debugging only")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from whalekit import cli_harness
+
     parser = argparse.ArgumentParser(prog="whalekit", description="Weight-Harness Alternating LEarning")
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="run (or resume) one method")
     run_p.add_argument("--domain", required=True)
     run_p.add_argument("--method", default="whale")
     run_p.add_argument("--schedule", default=None, help="E,I for whale/fst/stagewise, e.g. 0.6,6")
-    run_p.add_argument("--preset", default="cpu")
-    run_p.add_argument("--seed", type=int, default=0)
-    run_p.add_argument("--runs-root", default="runs")
-    run_p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a preset field")
-    run_p.add_argument("--isolation", choices=("sandbox", "none"), default=None,
-                       help="none runs untrusted code WITHOUT the sandbox: trusted code and debugging only")
+    _add_config_flags(run_p)
+    run_p.add_argument("--print-config", action="store_true", help="print the resolved configuration as YAML and exit")
+    run_p.set_defaults(handler=_run)
     grid_p = sub.add_parser("grid", help="the schedule grid of the preset (fixed schedules + stagewise)")
     grid_p.add_argument("--domain", default=None)
     grid_p.add_argument("--preset", default="cpu")
     grid_p.add_argument("--seed", type=int, default=0)
     grid_p.add_argument("--runs-root", default="runs")
-    report_p = sub.add_parser("report", help="summarise finished runs")
+    grid_p.set_defaults(handler=_grid)
+    report_p = sub.add_parser("report", help="summarise runs (run directories, or folders holding them)")
     report_p.add_argument("runs", nargs="+")
-    args = parser.parse_args(argv)
+    report_p.set_defaults(handler=_report)
+    cli_harness.add_commands(sub, _add_config_flags)
+    return parser
 
-    from whalekit.runs import RunDir
-    from whalekit.whale import resolve_config, run_method
 
-    if args.command == "run":
-        overrides = _overrides(args.set)
-        if args.isolation:
-            overrides["isolation"] = args.isolation
-        config = resolve_config(args.preset, args.domain, args.method, args.schedule, args.seed,
-                                runs_root=args.runs_root, **overrides)
-        print(summary_line(run_method(config)))
-    elif args.command == "grid":
-        from whalekit.presets import load_preset
+def _run(args: argparse.Namespace) -> int:
+    from whalekit.whale import run_method
 
-        grid = load_preset(args.preset)["grid"]
-        domain = args.domain or grid["domain"]
-        for schedule in grid["schedules"]:
-            for method in ("whale",) + (("stagewise",) if schedule == grid["schedules"][0] else ()):
-                config = resolve_config(args.preset, domain, method, tuple(schedule), args.seed,
-                                        runs_root=args.runs_root)
-                print(summary_line(run_method(config)), flush=True)
-    else:
-        for path in args.runs:
-            if (Path(path) / "config.json").exists():
-                print(summary_line(RunDir(path)))
+    extra = {"isolation": args.isolation} if args.isolation else {}
+    config = resolve(args.preset, args.domain, args.method, args.schedule, args.seed, args.runs_root, args.set,
+                     **extra)
+    if args.print_config:
+        print(config_yaml(config), end="")
+        return 0
+    print(summary_line(run_method(config)))
     return 0
+
+
+def _grid(args: argparse.Namespace) -> int:
+    from whalekit.presets import load_preset
+    from whalekit.whale import run_method
+
+    try:
+        grid = load_preset(args.preset).get("grid")
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    if not grid:
+        raise CLIError(f"preset {args.preset!r} has no grid section")
+    domain = args.domain or grid["domain"]
+    for schedule in grid["schedules"]:
+        for method in ("whale",) + (("stagewise",) if schedule == grid["schedules"][0] else ()):
+            config = resolve(args.preset, domain, method, "{:g},{}".format(*schedule), args.seed, args.runs_root)
+            print(summary_line(run_method(config)), flush=True)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from whalekit.runs import RunDir
+
+    for path in run_paths(args.runs):
+        print(summary_line(RunDir(path)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)  # argparse's own usage errors also exit with status 2
+    try:
+        return int(args.handler(args))
+    except CLIError as exc:
+        print(f"whalekit {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -140,7 +140,7 @@ def _convert_smollm2_gguf(out: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model.config.quantization_config = None  # the cached copy is plain dequantised fp32
     if hasattr(model, "hf_quantizer"):
-        model.hf_quantizer = None
+        model.hf_quantizer = None  # type: ignore[assignment]  # torch types Module attributes as Tensor | Module
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
 

@@ -59,7 +59,7 @@ def _paper_style(draw: Callable[..., Figure]) -> Callable[..., Figure]:
 
     @functools.wraps(draw)
     def wrapper(*args: Any, **kwargs: Any) -> Figure:
-        with plt.rc_context(PAPER_STYLE):
+        with plt.rc_context(PAPER_STYLE):  # type: ignore[arg-type]  # matplotlib types rc keys as Literals
             return draw(*args, **kwargs)
 
     return wrapper

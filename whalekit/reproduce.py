@@ -1,6 +1,7 @@
 """Reproduce the paper headlessly: execute the notebook sequence with papermill for one
 preset, one domain-run notebook per (domain, method, schedule, seed), then the analysis
-notebooks that write every figure (PNG + PDF) and table (Markdown + CSV) into `figures/`.
+notebooks that write every figure (PNG + PDF) and table (Markdown + CSV) into `figures/`
+(the cpu preset's, committed) or `figures/<preset>/` (smoke, paper).
 
 Why notebooks and not a script: the notebooks are what researchers read and re-run in
 JupyterLab; executing exactly those (parameters injected by papermill, executed copies
@@ -8,8 +9,8 @@ kept under runs/<preset>/notebooks/) means the reproduction and the exploration 
 drift apart. Finished runs are reused: the driver skips them, and a domain-run notebook
 whose run is done and whose figure exists is not executed again.
 
-    python -m whalekit.reproduce --preset smoke --domains toy     # minutes, tiny model
-    make reproduce                                                 # the cpu preset
+    python -m whalekit.reproduce --preset smoke --domains toy     # minutes, tiny model; figures/smoke/
+    make reproduce                                                 # the cpu preset; figures/
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ class Job:
         return self.notebook
 
 
+def figures_dir(preset: str, root: str | Path = "figures") -> Path:
+    """Where a preset's figures and tables go by default: the `cpu` preset's are the ones
+    committed in `root`; every other preset (smoke, paper, a preset file) writes below
+    `root/<preset name>/`, so a fast smoke pass never overwrites the committed figures."""
+    name = Path(preset).stem
+    return Path(root) if name == "cpu" else Path(root) / name
+
+
 def run_figure_stem(figures: Path, domain: str, run_name: str) -> Path:
     """Where notebook 02 saves one run's curve."""
     return Path(figures) / "runs" / f"{domain}_{run_name}"
@@ -80,7 +89,7 @@ def expected_outputs(notebook: str, figures: Path, domains: list[str], grid_doma
     raise ValueError(f"unknown notebook {notebook!r}; known: {', '.join(NOTEBOOKS)}")
 
 
-def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Path = "figures",
+def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Path | None = None,
          domains: list[str] | None = None, methods: list[str] | None = None,
          seeds: list[int] | tuple[int, ...] = (0,), quickstart_domain: str = "toy", grid: bool = True) -> list[Job]:
     """The whole sequence for a preset: the quickstart, every run (main comparison: each
@@ -88,14 +97,16 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     preset's grid schedules on the grid domain; grid=False leaves the grid and its notebook
     out), then the analysis notebooks (the adaptive one only when the adaptive method runs).
     `domains` defaults to the preset's domains except the toy one (which exists for
-    mechanics), unless toy is all there is."""
+    mechanics), unless toy is all there is. Runs go under `runs_root/<preset>/`; figures
+    default to `figures_dir(preset)`."""
     from whalekit.presets import load_preset
     from whalekit.schedules import parse_schedule
     from whalekit.whale import check_not_stale, resolve_config
 
     data = load_preset(preset)
     preset_name = Path(preset).stem
-    runs_root, figures = Path(runs_root).resolve(), Path(figures).resolve()
+    runs_root = Path(runs_root).resolve()
+    figures = Path(figures if figures is not None else figures_dir(preset)).resolve()
     notebooks_out = runs_root / preset_name / "notebooks"
     if domains is None:
         domains = [d for d in data["domains"] if d != "toy"] or list(data["domains"])
@@ -194,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m whalekit.reproduce", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="cpu", help="smoke | cpu | paper, or a preset YAML file")
     parser.add_argument("--runs-root", default="runs", help="run directories and executed notebooks go here")
-    parser.add_argument("--figures", default="figures", help="figures (PNG, PDF) and tables (MD, CSV) go here")
+    parser.add_argument("--figures", default=None, help="figures (PNG, PDF) and tables (MD, CSV) go here "
+                        "(default: figures/ for the cpu preset, figures/<preset>/ for any other)")
     parser.add_argument("--domains", nargs="*", help="default: the preset's domains except toy")
     parser.add_argument("--methods", nargs="*", help=f"default: all ({', '.join(METHODS)})")
     parser.add_argument("--seeds", nargs="*", type=int, default=[0])
@@ -210,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.perf_counter()
     run_jobs(jobs, kernel=args.kernel, log=lambda line: print(line, flush=True))
-    print(f"done in {time.perf_counter() - started:.0f} s: figures and tables in {Path(args.figures).resolve()}, "
+    figures = jobs[0].parameters["figures"]
+    print(f"done in {time.perf_counter() - started:.0f} s: figures and tables in {figures}, "
           f"executed notebooks and timings.md in {jobs[0].output.parent}", flush=True)
     return 0
 

@@ -261,8 +261,8 @@ class RSFTTrainer:
         if any(p.dtype == torch.bfloat16 for p in params):
             from whalekit.optim import BF16AdamW
 
-            self.optimizer = BF16AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay,
-                                       seed=config.seed)
+            self.optimizer: torch.optim.Optimizer = BF16AdamW(params, lr=config.learning_rate,
+                                                              weight_decay=config.weight_decay, seed=config.seed)
         else:
             self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -378,7 +378,8 @@ class RSFTTrainer:
             for name, module in base.named_modules():
                 if isinstance(module, LoraLayer):
                     weight = module.base_layer.weight
-                    merged[f"{name}.weight"] = weight + module.get_delta_weight("default").to(weight.dtype)
+                    delta = module.get_delta_weight("default")  # type: ignore[attr-defined]  # on every LoRA layer type
+                    merged[f"{name}.weight"] = weight + delta.to(weight.dtype)
             for name, tensor in base.state_dict().items():
                 if "lora_" in name:
                     continue

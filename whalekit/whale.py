@@ -519,7 +519,7 @@ def _field_defaults(cls: type) -> dict[str, Any]:
             out[f.name] = f.default
         elif f.default_factory is not dataclasses.MISSING:
             value = f.default_factory()
-            out[f.name] = asdict(value) if dataclasses.is_dataclass(value) else value
+            out[f.name] = asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
     return out
 
 

@@ -163,18 +163,71 @@ def split_disjoint(items: list[Any], key: Callable[[Any], str], sizes: tuple[int
     return unique[:a], unique[a:a + b], unique[a + b:a + b + c]
 
 
-_REGISTRY: dict[str, str] = {
+# Built-in domains, as "module:attribute" so that importing whalekit imports none of them.
+_REGISTRY: dict[str, str | Callable[..., Domain]] = {
     "chess": "whalekit.domains.chess:ChessDomain",
     "math": "whalekit.domains.math:MathDomain",
     "searchqa": "whalekit.domains.searchqa:SearchQADomain",
     "toy": "whalekit.domains.toy:ToyDomain",
 }
+BUILT_IN = frozenset(_REGISTRY)
+# Packages outside whalekit declare domains under this entry-point group, e.g. in pyproject.toml:
+#   [project.entry-points."whalekit.domains"]
+#   cooking = "cooking_domain:CookingDomain"
+ENTRY_POINT_GROUP = "whalekit.domains"
+
+
+def register_domain(name: str, factory: Callable[..., Domain] | str, replace: bool = False) -> None:
+    """Make `get_domain(name)` (and so `--domain name`) build a domain defined outside
+    whalekit. `factory` is a Domain subclass, any callable returning a Domain (it gets the
+    domain options as keywords), or "module:attribute". Built-in names cannot be replaced;
+    another registered name only with replace=True.
+
+        wk.register_domain("cooking", CookingDomain)
+        domain = wk.get_domain("cooking")
+    """
+    if not isinstance(name, str) or not name.strip() or name != name.strip():
+        raise ValueError(f"a domain name is a non-empty string without surrounding spaces, got {name!r}")
+    if not (callable(factory) or (isinstance(factory, str) and factory.count(":") == 1)):
+        raise TypeError(f"register_domain({name!r}, ...): factory must be callable or 'module:attribute', "
+                        f"got {factory!r}")
+    if name in BUILT_IN:
+        raise ValueError(f"{name!r} is a built-in domain; register yours under another name")
+    if name in _REGISTRY and not replace and _REGISTRY[name] is not factory:
+        raise ValueError(f"domain {name!r} is already registered ({_REGISTRY[name]!r}); pass replace=True")
+    _REGISTRY[name] = factory
+
+
+def _entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def known_domains() -> list[str]:
+    """Built-in, registered and entry-point domain names."""
+    return sorted(set(_REGISTRY) | set(_entry_points()))
 
 
 def get_domain(name: str, **options: Any) -> Domain:
+    """Build a domain by name: a built-in one, one given to `register_domain`, or one an
+    installed package declares under the `whalekit.domains` entry-point group."""
     import importlib
 
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown domain {name!r}; known: {', '.join(sorted(_REGISTRY))}")
-    module, cls = _REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**options)
+    factory: Any = _REGISTRY.get(name)
+    if factory is None:
+        entry = _entry_points().get(name)
+        if entry is None:
+            raise ValueError(f"unknown domain {name!r}; known: {', '.join(known_domains())}")
+        try:
+            factory = entry.load()
+        except Exception as exc:  # a broken plugin names itself, not a bare ImportError deep inside it
+            raise ValueError(f"domain {name!r} from entry point {entry.value!r} ({ENTRY_POINT_GROUP}) failed to "
+                             f"load: {type(exc).__name__}: {exc}") from exc
+    if isinstance(factory, str):
+        module, attribute = factory.split(":")
+        factory = getattr(importlib.import_module(module), attribute)
+    domain = factory(**options)
+    if not isinstance(domain, Domain):
+        raise TypeError(f"the factory of domain {name!r} returned a {type(domain).__name__}, not a whalekit Domain")
+    return domain

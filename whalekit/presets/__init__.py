@@ -26,7 +26,10 @@ def load_preset(name: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise ValueError(f"{path}: malformed YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"{where}: malformed YAML ({reason})") from exc
     if not isinstance(data, dict) or "domains" not in data:
         raise ValueError(f"{path}: a preset is a mapping with a 'domains' section")
     return _expand(data)

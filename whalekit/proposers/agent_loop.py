@@ -108,8 +108,10 @@ class ArchiveTools:
 
     def run(self, name: str, arguments: dict[str, Any]) -> str:
         try:
-            method = {"list_candidates": self.list_candidates, "read_candidate": self.read_candidate,
-                      "read_failures": self.read_failures, "write_candidate": self.write_candidate}[name]
+            tools: dict[str, Callable[..., str]] = {
+                "list_candidates": self.list_candidates, "read_candidate": self.read_candidate,
+                "read_failures": self.read_failures, "write_candidate": self.write_candidate}
+            method = tools[name]
         except KeyError:
             return f"error: unknown tool {name!r}"
         try:

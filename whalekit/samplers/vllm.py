@@ -115,7 +115,7 @@ class VLLMSampler(Sampler):
         self._check_idle("generate")
         from vllm.inputs import TokensPrompt
 
-        prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]
+        prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]  # type: ignore[typeddict-item]
         sampling = [self._sampling_params(r, params, row) for row, r in enumerate(requests)]
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
         return [self._completion(out.outputs[0]) for out in outputs]
@@ -215,7 +215,7 @@ class VLLMSampler(Sampler):
         llm = getattr(self, "llm", None)
         if llm is None:
             return
-        self.llm = None
+        self.llm = None  # type: ignore[assignment]
         engine = getattr(llm, "llm_engine", None)
         shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
         if callable(shutdown):

@@ -38,12 +38,19 @@ class MathDomain(Domain):
         self.tool_limits = tool_limits
 
     def load_splits(self, n_train: int = 64, n_search: int = 32, n_test: int = 64, seed: int = 0,
-                    source: str = "generated", path: str | None = None, **options: Any) -> Splits:
+                    source: str = "generated", path: str | None = None,
+                    test_paths: str | list[str] | None = None, test_source: str | None = None,
+                    **options: Any) -> Splits:
         """Disjoint splits (by normalised question text) of generated problems, or of a
-        real file: `source` in ("dapo", "aime", "gsm8k") with `path` to the file."""
+        real file: `source` in ("dapo", "aime", "gsm8k") with `path` to the file.
+        `test_paths`: separate test files (e.g. AIME 2024 and 2025 while training on DAPO),
+        up to n_test problems from each, read as `test_source` (default: the source the file
+        name names); `source`/`path` then give training and search only, without any
+        problem that is also in a test file."""
         if options:
             raise TypeError(f"unknown load_splits options for math: {sorted(options)}")
-        sizes = (n_train, n_search, n_test)
+        files = [test_paths] if isinstance(test_paths, str) else list(test_paths or [])
+        sizes = (n_train, n_search, 0 if files else n_test)
         if source == "generated":
             # Extra problems: duplicates by normalised text are dropped before cutting.
             problems = generator.generate_problems(int(sum(sizes) * 1.1) + 10, seed, self.mix)
@@ -53,8 +60,17 @@ class MathDomain(Domain):
             if path is None:
                 raise ValueError(f"source={source!r} needs path= to the data file")
             tasks = data.load_file(source, path)
-        train, search, test = split_disjoint(tasks, lambda t: data.question_key(t.inputs["question"]), sizes, seed,
-                                             source if path is None else str(path))
+        key = lambda t: data.question_key(t.inputs["question"])
+        name = source if path is None else str(path)
+        if not files:
+            return Splits(*split_disjoint(tasks, key, sizes, seed, name))
+        test: list[Task] = []
+        for file in files:
+            held_out = data.load_file(test_source or data.source_for(file), file)
+            test += split_disjoint(held_out, key, (0, 0, min(n_test, len({key(t) for t in held_out}))), seed,
+                                   str(file))[2]
+        in_test = {key(t) for t in test}
+        train, search, _ = split_disjoint([t for t in tasks if key(t) not in in_test], key, sizes, seed, name)
         return Splits(train, search, test)
 
     def toolbox(self) -> Toolbox:

@@ -178,6 +178,15 @@ def _unique_ids(tasks: list[Task]) -> list[Task]:
     return tasks
 
 
+def source_for(path: str | Path) -> str:
+    """The source a file's path names ("aime_2024.jsonl", "gsm8k/test.jsonl"), for test files."""
+    name = Path(path).as_posix().lower()
+    for source in SOURCES:
+        if source in name:
+            return source
+    raise ValueError(f"{path}: the file name names no math source ({', '.join(SOURCES)}); set test_source")
+
+
 def load_file(source: str, path: str | Path) -> list[Task]:
     """Load a real data file by source name ("dapo", "aime", "gsm8k")."""
     loaders = {"dapo": load_dapo, "aime": load_aime, "gsm8k": load_gsm8k}

@@ -95,12 +95,14 @@ class SearchQADomain(Domain):
             raise TypeError(f"unknown load_splits options: {', '.join(sorted(options))}")
         sizes = (n_train, n_search, n_test)
         if source == "generated":
-            self.set_corpus(self.world.documents)
-            parts = generated_splits(self.world, sizes, self.mix, seed, corpus=self._index.fingerprint)
+            index = self.set_corpus(self.world.documents)
+            parts = generated_splits(self.world, sizes, self.mix, seed, corpus=index.fingerprint)
             return Splits(*parts)
         if path is None:
             raise ValueError(f"source={source!r} needs path=... (the questions file)")
         if source == "hotpotqa":
+            if not isinstance(path, (str, Path)):
+                raise ValueError("source='hotpotqa' reads one file; pool several with source='jsonl'")
             documents, examples = load_hotpotqa(path)
             if corpus is not None:
                 known = {d.id for d in documents}
@@ -112,11 +114,11 @@ class SearchQADomain(Domain):
             documents = load_corpus_jsonl(corpus)
         else:
             raise ValueError(f"unknown source {source!r}; use 'generated', 'hotpotqa', 'nq_open' or 'jsonl'")
-        self.set_corpus(documents)
+        index = self.set_corpus(documents)
         if test_paths:
             return Splits(*file_splits_with_test_sets(examples, load_test_sets(test_paths), sizes, seed, str(path),
-                                                      corpus=self._index.fingerprint))
-        return Splits(*file_splits(examples, sizes, seed, str(path), corpus=self._index.fingerprint))
+                                                      corpus=index.fingerprint))
+        return Splits(*file_splits(examples, sizes, seed, str(path), corpus=index.fingerprint))
 
     def set_corpus(self, documents: list[Document]) -> BM25Index:
         """Make `documents` the searched corpus (index loaded from the disk cache or built)."""

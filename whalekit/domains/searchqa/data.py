@@ -3,8 +3,8 @@ jsonl, and a generic "QA jsonl + corpus jsonl" pair so any test set (the paper's
 included, e.g. FlashRAG's `golden_answers` files) can be brought as plain files.
 
 Every reader returns plain records (`Document`, `QAExample`) and fails on a malformed
-row with an error naming the file and the 1-based line (or array item) number, because
-a silent skip would change a test set without anyone noticing.
+row with an error `path:line: reason` (1-based; in a .json array the line where the item
+starts), because a silent skip would change a test set without anyone noticing.
 
     corpus, examples = load_hotpotqa("dev.jsonl")          # pooled paragraphs become the corpus
     examples = load_qa_jsonl("NQ-open.dev.jsonl"); corpus = load_corpus_jsonl("wiki.jsonl")
@@ -60,37 +60,50 @@ def title_doc_id(title: str) -> str:
     return "t-" + hashlib.sha1(title.encode("utf-8")).hexdigest()[:12]
 
 
-def _rows(path: Path) -> Iterator[tuple[str, Any]]:
-    """Yield (location, parsed row) from a .jsonl file or a .json array; location is
-    'FILE line N' or 'FILE item N', 1-based."""
+def _rows(path: Path) -> Iterator[tuple[str, int, Any]]:
+    """Yield (location 'FILE:LINE', row number, parsed row) from a .jsonl file (row number:
+    the line) or a .json array (row number: the item, 1-based; LINE: where it starts)."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     text = path.read_text(encoding="utf-8")
     if text.lstrip().startswith("["):
         try:
-            items = json.loads(text)
+            json.loads(text)  # the whole array is valid JSON before any item is read
         except json.JSONDecodeError as exc:
-            raise DataFormatError(f"{path} line {exc.lineno}: invalid JSON: {exc.msg}") from exc
-        for i, item in enumerate(items, 1):
-            yield f"{path} item {i}", item
-        return
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
+            raise DataFormatError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from exc
+        decoder, position, line = json.JSONDecoder(), text.index("[") + 1, 1 + text.count("\n", 0, text.index("["))
+        number = 0
+        while True:
+            start = position
+            while position < len(text) and text[position] in " \t\r\n,":
+                position += 1
+            line += text.count("\n", start, position)
+            if position >= len(text) or text[position] == "]":
+                return
+            item, end = decoder.raw_decode(text, position)
+            number += 1
+            yield f"{path}:{line}", number, item
+            line += text.count("\n", position, end)
+            position = end
+    for number, row in enumerate(text.splitlines(), 1):
+        if not row.strip():
             continue
         try:
-            yield f"{path} line {number}", json.loads(line)
+            yield f"{path}:{number}", number, json.loads(row)
         except json.JSONDecodeError as exc:
-            raise DataFormatError(f"{path} line {number}: invalid JSON: {exc.msg}") from exc
+            raise DataFormatError(f"{path}:{number}: invalid JSON ({exc.msg})") from exc
 
 
-def _require(row: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def _require(row: Any, key: str, kind: type | tuple[type, ...], where: str, parent: str = "") -> Any:
+    name = parent + key  # e.g. "context.title"
     if not isinstance(row, dict):
-        raise DataFormatError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        raise DataFormatError(f"{where}: expected a JSON object{' for ' + parent[:-1] if parent else ''}, "
+                              f"got {type(row).__name__}")
     if key not in row:
-        raise DataFormatError(f"{where}: missing field {key!r} (has {', '.join(sorted(row)) or 'nothing'})")
+        raise DataFormatError(f"{where}: missing field {name!r} (has {', '.join(sorted(row)) or 'nothing'})")
     value = row[key]
     if not isinstance(value, kind):
-        raise DataFormatError(f"{where}: field {key!r} should be {_kind_name(kind)}, got {type(value).__name__}")
+        raise DataFormatError(f"{where}: field {name!r} should be {_kind_name(kind)}, got {type(value).__name__}")
     return value
 
 
@@ -115,8 +128,8 @@ def _answers(row: dict[str, Any], where: str) -> list[str]:
 def _hotpot_paragraphs(row: dict[str, Any], where: str) -> list[tuple[str, list[str]]]:
     context = _require(row, "context", (dict, list), where)
     if isinstance(context, dict):  # Hugging Face layout: {title: [...], sentences: [[...], ...]}
-        titles = _require(context, "title", list, where + " context")
-        sentences = _require(context, "sentences", list, where + " context")
+        titles = _require(context, "title", list, where, "context.")
+        sentences = _require(context, "sentences", list, where, "context.")
         if len(titles) != len(sentences):
             raise DataFormatError(f"{where}: context has {len(titles)} titles but {len(sentences)} sentence lists")
         pairs = list(zip(titles, sentences))
@@ -150,7 +163,7 @@ def load_hotpotqa(path: str | Path, subset: str = "hotpotqa") -> tuple[list[Docu
     path = Path(path)
     documents: dict[str, Document] = {}
     examples: list[QAExample] = []
-    for where, row in _rows(path):
+    for where, number, row in _rows(path):
         qid = row.get("id", row.get("_id")) if isinstance(row, dict) else None
         if not isinstance(qid, str):
             raise DataFormatError(f"{where}: missing string field 'id' (HF layout) or '_id' (original layout)")
@@ -160,7 +173,8 @@ def load_hotpotqa(path: str | Path, subset: str = "hotpotqa") -> tuple[list[Docu
             if title not in documents:
                 documents[title] = Document(title_doc_id(title), title, "".join(sentences).strip())
         gold = [title_doc_id(t) for t in _hotpot_support_titles(row, where)]
-        meta = {"file": str(path), "row": where.rsplit(" ", 1)[-1], "type": row.get("type"), "level": row.get("level")}
+        meta = {"file": str(path), "row": str(number), "line": where.rsplit(":", 1)[-1], "type": row.get("type"),
+                "level": row.get("level")}
         examples.append(QAExample(qid, question, answers, subset, gold, meta))
     if not examples:
         raise DataFormatError(f"{path}: no questions")
@@ -176,19 +190,19 @@ def load_qa_jsonl(path: str | Path, subset: str | None = None) -> list[QAExample
     path = Path(path)
     name = subset or path.stem.split(".")[0].lower()
     examples = []
-    for where, row in _rows(path):
+    for where, row_number, row in _rows(path):
         question = _require(row, "question", str, where)
         if not question.strip():
             raise DataFormatError(f"{where}: empty question")
         answers = _answers(row, where)
-        number = where.rsplit(" ", 1)[-1]
+        number = str(row_number)
         qid = str(row.get("id", f"{path.stem}-{number}"))
         gold = row.get("gold_doc_ids", [])
         if not isinstance(gold, list):
             raise DataFormatError(f"{where}: gold_doc_ids should be a list of document ids")
         row_subset = row.get("subset", name) if subset is None else subset
         examples.append(QAExample(qid, question, answers, str(row_subset), [str(g) for g in gold],
-                                  {"file": str(path), "row": number}))
+                                  {"file": str(path), "row": number, "line": where.rsplit(":", 1)[-1]}))
     if not examples:
         raise DataFormatError(f"{path}: no questions")
     return examples
@@ -200,7 +214,7 @@ def load_corpus_jsonl(path: str | Path) -> list[Document]:
     path = Path(path)
     documents = []
     seen: dict[str, str] = {}
-    for where, row in _rows(path):
+    for where, _number, row in _rows(path):
         if not isinstance(row, dict) or "id" not in row:
             raise DataFormatError(f"{where}: missing field 'id'")
         doc_id = str(row["id"])

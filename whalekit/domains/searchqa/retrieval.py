@@ -101,7 +101,7 @@ class BM25Index:
         k = min(k, len(self.documents))
         with self._lock:
             indices, scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=0)
-        hits = []
+        hits: list[Hit] = []
         for index, score in zip(indices[0].tolist(), scores[0].tolist()):
             if score > 0:
                 hits.append(Hit(self.documents[index], float(score), len(hits) + 1))

@@ -140,10 +140,18 @@ def file_splits_with_test_sets(pool: list[QAExample], test_sets: dict[str, list[
 
 
 def _check_unique_ids(examples: list[QAExample], source: str) -> None:
-    ids = [e.id for e in examples]
-    if len(set(ids)) != len(ids):
-        duplicate = next(i for i in ids if ids.count(i) > 1)
-        raise ValueError(f"{source}: question id {duplicate!r} appears more than once")
+    first: dict[str, QAExample] = {}
+    for example in examples:
+        if example.id in first:
+            raise ValueError(f"{_where(example, source)}: question id {example.id!r} appears more than once "
+                             f"(first at {_where(first[example.id], source)})")
+        first[example.id] = example
+
+
+def _where(example: QAExample, source: str) -> str:
+    """'file:line' of an example read from a file; the source name otherwise."""
+    meta = example.meta
+    return f"{meta['file']}:{meta['line']}" if "file" in meta and "line" in meta else source
 
 
 def _check_disjoint(parts: list[list[Task]]) -> None:

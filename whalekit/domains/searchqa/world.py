@@ -163,7 +163,7 @@ def generate_world(n_people: int = 200, n_orgs: int = 100, n_cities: int = 40, n
 
 def _documents(world: World, rng: random.Random) -> list[Document]:
     docs = []
-    capitals = {}
+    capitals: dict[str, City] = {}
     for city in world.cities:
         capitals.setdefault(city.country.id, city)
     for c in world.countries:
