@@ -177,9 +177,9 @@ def _continuous(domain: Domain, live: list[_Live], sampler: Sampler, config: Rol
         moved = True
         while moved:  # advance every episode that need not wait, until none can
             moved = False
-            for key, (item, futures) in list(tools.items()):
+            for tool_key, (item, futures) in list(tools.items()):
                 if all(f.done() for f in futures):
-                    del tools[key]
+                    del tools[tool_key]
                     _after_tools(item, [f.result() for f in futures])
                     moved = True
             for item in live:

@@ -161,11 +161,18 @@ def accuracy_curve(runs: list[RunSummary], best_so_far: bool = False,
     return xs, curve
 
 
+def _known(value: Interval | None) -> Interval:
+    """An interval over a group the caller knows is not empty."""
+    if value is None:
+        raise ValueError("no runs to summarise")
+    return value
+
+
 def _controls(ax: Any, runs: list[RunSummary], floor: Any = None) -> None:
     """Dashed: h0 with the initial weights (mean over seeds); dotted: the floor, if given."""
     first = initial_runs(runs).get(runs[0].domain, [])
     if first:
-        h0 = interval(first, "initial", n_resamples=FIGURE_RESAMPLES)
+        h0 = _known(interval(first, "initial", n_resamples=FIGURE_RESAMPLES))
         ax.axhline(100 * h0.mean, ls="--", lw=0.8, color=CONTROL_COLOUR, label=H0_LABEL)
     if floor is not None:
         value = floor_interval(floor, FIGURE_RESAMPLES)
@@ -236,7 +243,7 @@ def accuracy_bars_figure(runs: list[RunSummary], point: str = "final", floors: d
                    error_kw={"elinewidth": 0.7, "capsize": 1.5})
             ax.plot([x] * len(group), [100 * r.point(point)["mean_at_k"] for r in group], ".", color="black", ms=2)
         first = initial_runs(domain_runs)[domain]
-        h0 = interval(first, "initial", n_resamples=FIGURE_RESAMPLES)
+        h0 = _known(interval(first, "initial", n_resamples=FIGURE_RESAMPLES))
         ax.plot([i - 0.45, i + 0.45], [100 * h0.mean] * 2, "--", color=CONTROL_COLOUR, lw=0.9, label=H0_LABEL)
         floor = floor_interval((floors or {}).get(domain), FIGURE_RESAMPLES)
         if floor is not None:
@@ -328,13 +335,13 @@ def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
     left.set_title(f"{runs[0].domain}: test mean@{runs[0].k} at each evaluation (mean over seeds)")
     for i, label in enumerate(labels):
         group = [r for r in runs if schedule_label(r) == label]
-        final = interval(group, "final", n_resamples=FIGURE_RESAMPLES)
-        best = interval(group, "best", n_resamples=FIGURE_RESAMPLES)
+        final = _known(interval(group, "final", n_resamples=FIGURE_RESAMPLES))
+        best = _known(interval(group, "best", n_resamples=FIGURE_RESAMPLES))
         right.bar(i, 100 * final.mean, color=colours[label],
                   yerr=[[100 * max(0.0, final.mean - final.low)], [100 * max(0.0, final.high - final.mean)]],
                   error_kw={"elinewidth": 0.7, "capsize": 1.5})
         right.plot(i, 100 * best.mean, "D", color="black", ms=3, label="best over evaluations (selected on test)")
-    h0 = interval(initial_runs(runs)[runs[0].domain], "initial", n_resamples=FIGURE_RESAMPLES)
+    h0 = _known(interval(initial_runs(runs)[runs[0].domain], "initial", n_resamples=FIGURE_RESAMPLES))
     right.axhline(100 * h0.mean, ls="--", lw=0.8, color=CONTROL_COLOUR)
     right.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
     right.set_ylabel(accuracy_label(runs[0].k))
@@ -482,12 +489,12 @@ def overlapping_texts(fig: Figure) -> list[tuple[str, str]]:
             drawn.append(self)
         original(self, renderer)
 
-    Text.draw = record  # type: ignore[method-assign]
+    Text.draw = record  # type: ignore[method-assign, assignment]
     try:
         fig.canvas.draw()
     finally:
         Text.draw = original  # type: ignore[method-assign]
-    renderer = fig.canvas.get_renderer()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     boxes = [(t, t.get_window_extent(renderer)) for t in dict.fromkeys(drawn)]
     pairs = []
     for i, (a, box_a) in enumerate(boxes):

@@ -305,15 +305,13 @@ def floor_interval(floor: Any, n_resamples: int = N_RESAMPLES) -> Interval | Non
 def floor_scores(runs: list[RunSummary], score: Callable[..., Any] | None = None) -> dict[str, dict[int, Any]]:
     """The chess random-legal-move floor on each seed's own test problems, for the `floors`
     argument of the tables: domain -> seed -> score(tasks, k=, seed=). `score` defaults to
-    whalekit.domains.chess.baselines.random_legal_move_score (chess runs only); {} when that
-    module is not there."""
+    whalekit.domains.chess.baselines.random_legal_move_score (chess runs only)."""
     from whalekit.domains.base import get_domain
 
     if score is None:
-        try:
-            from whalekit.domains.chess.baselines import random_legal_move_score as score
-        except ImportError:
-            return {}
+        from whalekit.domains.chess.baselines import random_legal_move_score
+
+        score = random_legal_move_score
         runs = [r for r in runs if r.domain == "chess"]
     out: dict[str, dict[int, Any]] = {}
     for domain, seeds in initial_runs(runs).items():

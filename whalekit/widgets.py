@@ -291,4 +291,5 @@ def _source_diff(run_root: Path, source: str | None) -> str:
     archive = archive_holding(run_root / "archive", domain, candidate, proposed=True) if candidate else None
     if archive is None:  # never proposed: h0 itself
         return "<div>h0, the domain's initial harness (no parent)</div>"
+    assert candidate is not None  # an archive was found for it
     return candidate_diff_html(archive, candidate)

@@ -133,7 +133,8 @@ class VLLMSampler(Sampler):
             sampling.seed = request.seed  # the episode's turn seed: the same whatever else is decoding
         request_id = f"whalekit-{self._submitted}"
         self._submitted += 1
-        self.llm.llm_engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(request.prompt_ids)), sampling)
+        prompt = TokensPrompt(prompt_token_ids=list(request.prompt_ids))  # type: ignore[typeddict-item]
+        self.llm.llm_engine.add_request(request_id, prompt, sampling)
         self._in_flight[request_id] = key
 
     def poll(self) -> list[tuple[str, Completion]]:
@@ -144,7 +145,8 @@ class VLLMSampler(Sampler):
         done = []
         for output in self.llm.llm_engine.step():
             if output.finished and output.request_id in self._in_flight:
-                done.append((self._in_flight.pop(output.request_id), self._completion(output.outputs[0])))
+                first = output.outputs[0]  # type: ignore[index]
+                done.append((self._in_flight.pop(output.request_id), self._completion(first)))
         return done
 
     def _check_idle(self, what: str) -> None:
