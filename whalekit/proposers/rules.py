@@ -117,6 +117,11 @@ def _ranking_problem(tree: ast.AST, words: tuple[str, ...], markers: tuple[str, 
 
 
 class _MaskNumbers(ast.NodeTransformer):
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        if isinstance(node.op, (ast.USub, ast.UAdd)) and isinstance(node.operand, ast.Constant):
+            return self.visit_Constant(node.operand)
+        return self.generic_visit(node)
+
     def visit_Constant(self, node: ast.Constant) -> ast.AST:
         if isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             return ast.copy_location(ast.Constant(value=0), node)

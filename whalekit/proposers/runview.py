@@ -225,23 +225,23 @@ class RunView:
     def list_files(self, path: str = "", recursive: bool = False) -> str:
         prefix = path.strip().strip("/")
         prefix = prefix + "/" if prefix else ""
-        entries: dict[str, int] = {}
+        entries: dict[str, set[str]] = {}
         for p in self.paths():
             if not p.startswith(prefix):
                 continue
             rest = p[len(prefix):]
             if recursive or "/" not in rest:
-                entries[rest] = -1
+                entries[rest] = set()
             else:
-                entries.setdefault(rest.split("/")[0] + "/", 0)
-                entries[rest.split("/")[0] + "/"] += 1
+                head, tail = rest.split("/", 1)
+                entries.setdefault(head + "/", set()).add(tail.split("/")[0])
         if not entries:
             if prefix.rstrip("/") in self._files:
                 return f"{prefix.rstrip('/')} is a file; use read_file"
             return f"error: no directory {path!r} in the run view"
         names = sorted(entries)
         shown = names[:self.limits.list_entries]
-        lines = [f"{n}  ({c} entries)" if n.endswith("/") else n for n in shown for c in [entries[n]]]
+        lines = [f"{n}  ({len(entries[n])} entries)" if n.endswith("/") else n for n in shown]
         if len(names) > len(shown):
             lines.append(f"[{len(names) - len(shown)} more entries not shown; list a subdirectory]")
         return "\n".join(lines)
