@@ -372,7 +372,9 @@ def test_a_scripted_session_reads_trajectories_prototypes_and_writes_three_candi
     everything = json.dumps(server.requests)
     assert not any(t.id in everything for t in SPLITS.test)  # nothing of the test split went over the wire
     ledger = Ledger.for_archive(archive)
-    assert [line.split("(")[0] for line in transcript(ledger, proposer.name)] == SESSION_TOOLS
+    calls = transcript(ledger, proposer.name)
+    print(f"\n[{backend}] session transcript:\n" + "\n".join(calls) + "\n" + cost_report(archive))
+    assert [line.split("(")[0] for line in calls] == SESSION_TOOLS
     [session] = [e for e in ledger.events() if e["kind"] == "session"]
     assert session["written"] == 3 and session["prototype_rollouts"] == 2 and session["wall_s"] > 0
     assert session["tokens_in"] == 1500 * server.served

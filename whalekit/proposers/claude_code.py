@@ -148,6 +148,16 @@ class ClaudeCodeProposer(AgentProposer):
                     session.ledger.record(self.name, session.call, "cli_result", subtype=message.subtype,
                                           total_cost_usd=message.total_cost_usd, usage=message.usage,
                                           num_turns=message.num_turns, stderr_tail="".join(stderr)[-500:])
+                    usage = message.usage or {}
+                    total_in = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens",
+                                                                      "cache_creation_input_tokens"))
+                    total_out = int(usage.get("output_tokens") or 0)
+                    if usage and (total_in, total_out) != (session.tokens_in, session.tokens_out):
+                        # streamed messages carry the usage of the stream's start; the result has the totals
+                        session.record_response(-1, AssistantTurn("(token totals from the CLI's result)", [],
+                                                                  max(0, total_in - session.tokens_in),
+                                                                  max(0, total_out - session.tokens_out)),
+                                                cost=None, priced=True)
                     if message.total_cost_usd is not None:
                         session.cost = float(message.total_cost_usd)  # the CLI's own price of the session
                     if message.subtype == "error_max_budget_usd":
