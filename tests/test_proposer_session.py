@@ -22,7 +22,7 @@ from whalekit.isolation import ALLOWED_IMPORTS
 from whalekit.mechanisms import apply_mechanism
 from whalekit.proposers.agent_loop import AgentConfig, transcript
 from whalekit.proposers.anthropic_agent import AnthropicProposer
-from whalekit.proposers.ledger import Ledger, cost_report, cost_summary
+from whalekit.proposers.ledger import Ledger, cost_report, cost_summary, run_cost_report
 from whalekit.proposers.openai_agent import OpenAIProposer
 from whalekit.proposers.prototype import Prototyper, prototype_rollouts
 from whalekit.proposers.rules import rules_for
@@ -419,4 +419,5 @@ def test_cost_report_prices_each_accepted_harness_and_each_point_of_search_gain(
     assert row["cost_per_point_usd"] == pytest.approx(0.12 / (100 * 2 / 3))
     report = cost_report(archive)
     print(report)
+    assert run_cost_report(archive.root, "toy") == report
     assert "cost per accepted harness $0.0600" in report and "+66.7 points" in report

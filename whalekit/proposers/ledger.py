@@ -216,3 +216,18 @@ def cost_report(archive: Any, ledger: Ledger | None = None) -> str:
                      f"{per_point} ({tok_point} tokens); prototype rollouts {row['prototype_rollouts']}")
         lines.extend(f"{name}: stopped in {stop}" for stop in row["stops"])
     return "\n".join(lines)
+
+
+def run_cost_report(archive_root: str | Path, domain: str) -> str:
+    """`cost_report` for every archive of a run (one per harness phase with
+    `archive_scope: round`, each with its own ledger), as `whalekit report` prints it."""
+    from whalekit.archive import Archive, archive_folders
+
+    folders = archive_folders(archive_root)
+    if not folders:
+        return "Proposer cost: no archive in this run."
+    parts = []
+    for folder in folders:
+        text = cost_report(Archive.open(folder, domain))
+        parts.append(text if len(folders) == 1 else f"[{Path(folder).name}] {text}")
+    return "\n".join(parts)

@@ -66,7 +66,7 @@ class Prototyper:
     def __init__(self, domain: Any, sampler: Any, tasks: list[Task], budget: RolloutBudget,
                  archive_root: str | Path, weights_version: int = 0, seed: int = 0,
                  limits: IsolationLimits | None = None, max_problems: int = 8, temperature: float = 1.0,
-                 max_context_tokens: int = 4096):
+                 top_p: float = 1.0, top_k: int = 20, max_context_tokens: int = 4096):
         if not tasks or max_problems < 1:
             raise ValueError("the prototyper needs search tasks and max_problems >= 1")
         self.domain, self.sampler, self.tasks, self.budget = domain, sampler, list(tasks), budget
@@ -74,7 +74,8 @@ class Prototyper:
         self.weights_version, self.seed = weights_version, seed
         self.limits = limits or IsolationLimits()
         self.max_problems = max_problems  # problems one call may run
-        self.temperature, self.max_context_tokens = temperature, max_context_tokens
+        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k  # as the search's evaluations
+        self.max_context_tokens = max_context_tokens
         self.session: dict[str, Any] = {}  # who is calling (proposer, call), recorded with each run
 
     @property
@@ -105,8 +106,9 @@ class Prototyper:
         runtime = IsolatedHarness(source, self.limits, hid)  # never in the driver's process
         try:
             trajectories = rollout(self.domain, [Episode(t, runtime, 0) for t in chosen], self.sampler, RolloutConfig(
-                temperature=self.temperature, seed=self.seed, step=50_000_000 + number,
-                max_context_tokens=self.max_context_tokens, progress=False, description="prototype"),
+                temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, seed=self.seed,
+                step=50_000_000 + number, max_context_tokens=self.max_context_tokens, progress=False,
+                description="prototype"),
                 policy_version=self.weights_version)
         finally:
             runtime.close()
@@ -128,10 +130,14 @@ class Prototyper:
 
 
 def prototype_rollouts(archive_root: str | Path) -> int:
-    """Rollouts spent on finished prototype runs under an archive: what a resumed run adds
-    to the budget it restores from the archive."""
-    root = Path(archive_root) / PROTOTYPES_DIR
+    """Rollouts spent on finished prototype runs under an archive, or under every round
+    archive of a run's `archive/` folder: what a resumed run adds to the budget it restores
+    from the archive."""
+    from whalekit.archive import archive_folders
+
     total = 0
-    for summary in sorted(root.glob("*/summary.json")) if root.is_dir() else []:
-        total += int(json.loads(summary.read_text(encoding="utf-8")).get("rollouts", 0))
+    for folder in archive_folders(archive_root) or [Path(archive_root)]:
+        root = Path(folder) / PROTOTYPES_DIR
+        for summary in sorted(root.glob("*/summary.json")) if root.is_dir() else []:
+            total += int(json.loads(summary.read_text(encoding="utf-8")).get("rollouts", 0))
     return total
