@@ -1,9 +1,10 @@
 """Harness proposers: each reads the archive and writes new candidate harnesses behind
 one interface, `propose(archive, n, budget) -> list[Candidate]`.
 
-reflective (offline default, seeded), anthropic and openai (LLM agents with tools over
-the archive; their SDKs are imported only when they run), and the prompt-only
-restriction for the FST baseline.
+reflective (offline default, seeded), anthropic, openai and claude-code (LLM agents
+working in the read-only run view with list/read/grep, a prototyping tool and
+write_candidate; their SDKs are imported only when they run), and the prompt-only
+restriction for the FST baseline. `cost_report` prices each accepted harness.
 
     from whalekit.proposers import ReflectiveProposer
     candidates = ReflectiveProposer(domain.mechanisms(), seed=0).propose(archive, n=4)
@@ -12,10 +13,15 @@ restriction for the FST baseline.
 from whalekit.proposers.agent_loop import AgentConfig
 from whalekit.proposers.anthropic_agent import AnthropicProposer
 from whalekit.proposers.base import Candidate, Proposer, ProposerError
-from whalekit.proposers.ledger import Ledger
+from whalekit.proposers.claude_code import ClaudeCodeProposer
+from whalekit.proposers.ledger import Ledger, cost_report
 from whalekit.proposers.openai_agent import OpenAIProposer
 from whalekit.proposers.prompt_only import PromptOnly, prompt_only_violation
+from whalekit.proposers.prototype import Prototyper, prototype_rollouts
 from whalekit.proposers.reflective import ReflectiveProposer
+from whalekit.proposers.rules import DomainRules, rules_for
+from whalekit.proposers.runview import RunView
 
-__all__ = ["AgentConfig", "AnthropicProposer", "Candidate", "Ledger", "OpenAIProposer", "PromptOnly", "Proposer",
-           "ProposerError", "ReflectiveProposer", "prompt_only_violation"]
+__all__ = ["AgentConfig", "AnthropicProposer", "Candidate", "ClaudeCodeProposer", "DomainRules", "Ledger",
+           "OpenAIProposer", "PromptOnly", "Proposer", "ProposerError", "Prototyper", "ReflectiveProposer", "RunView",
+           "cost_report", "prompt_only_violation", "prototype_rollouts", "rules_for"]

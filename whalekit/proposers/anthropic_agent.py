@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from whalekit.proposers.agent_loop import TOOLS, AgentConfig, AgentProposer, AssistantTurn, ToolUse
+from whalekit.proposers.agent_loop import AgentConfig, AgentProposer, AssistantTurn, ToolUse
 from whalekit.proposers.base import ProposerError
 from whalekit.proposers.ledger import Ledger
 
@@ -47,11 +47,12 @@ class _MessagesBackend:
         self.client, self.config = client, config
         self.system = ""
         self.messages: list[dict[str, Any]] = []
-        self.tools = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
-                      for t in TOOLS]
+        self.tools: list[dict[str, Any]] = []
 
-    def start(self, system: str, user: str) -> None:
+    def start(self, system: str, user: str, tools: list[dict[str, Any]]) -> None:
         self.system, self.messages = system, [{"role": "user", "content": user}]
+        self.tools = [{"name": t["name"], "description": t["description"], "input_schema": t["parameters"]}
+                      for t in tools]
 
     def step(self) -> AssistantTurn:
         import anthropic

@@ -17,7 +17,7 @@ import json
 import os
 from typing import Any
 
-from whalekit.proposers.agent_loop import TOOLS, AgentConfig, AgentProposer, AssistantTurn, ToolUse
+from whalekit.proposers.agent_loop import AgentConfig, AgentProposer, AssistantTurn, ToolUse
 from whalekit.proposers.base import ProposerError
 from whalekit.proposers.ledger import Ledger
 
@@ -49,10 +49,11 @@ class _ChatBackend:
     def __init__(self, client: Any, config: AgentConfig):
         self.client, self.config = client, config
         self.messages: list[dict[str, Any]] = []
-        self.tools = [{"type": "function", "function": t} for t in TOOLS]
+        self.tools: list[dict[str, Any]] = []
 
-    def start(self, system: str, user: str) -> None:
+    def start(self, system: str, user: str, tools: list[dict[str, Any]]) -> None:
         self.messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        self.tools = [{"type": "function", "function": t} for t in tools]
 
     def step(self) -> AssistantTurn:
         import openai
