@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 
 import pytest
 
@@ -150,8 +149,9 @@ def test_a_worker_killed_mid_stage_is_replaced_and_its_episodes_rerun_to_the_sam
     killed = []
 
     def kill_worker_one(event):
+        # Its chunk is submitted and worker 0 is sampling: the stage is under way. (Killed
+        # here, not after a delay, so that the chunk cannot have finished first.)
         if event["event"] == "dispatch" and event["worker"] == 1 and not killed:
-            time.sleep(0.5)  # let it start sampling
             ray.kill(backend.workers[1])
             killed.append(event)
 
@@ -206,6 +206,8 @@ def test_a_whale_run_on_ray_logs_exactly_the_events_of_a_local_run(backend, loca
         return resolve_config("smoke", domain="toy", method="whale", runs_root=str(tmp_path / name))
 
     on_local = run_method(config("local"), policy=load_policy("tiny-random"))
+    episodes_before = backend.progress()["episodes"]
     on_ray = run_method(config("ray"), policy=backend.policy())
+    assert backend.progress()["episodes"] > episodes_before and backend.version > 0  # it really ran on the workers
     assert without_timings(on_ray.events()) == without_timings(on_local.events())
     assert {e["event"] for e in on_ray.events()} >= {"rsft_batch", "search_iteration", "test_eval"}
