@@ -208,6 +208,6 @@ def test_a_whale_run_on_ray_logs_exactly_the_events_of_a_local_run(backend, loca
     on_local = run_method(config("local"), policy=load_policy("tiny-random"))
     episodes_before = backend.progress()["episodes"]
     on_ray = run_method(config("ray"), policy=backend.policy())
-    assert backend.progress()["episodes"] > episodes_before and backend.version > 0  # it really ran on the workers
+    assert backend.progress()["episodes"] > episodes_before  # it really ran on the workers
     assert without_timings(on_ray.events()) == without_timings(on_local.events())
     assert {e["event"] for e in on_ray.events()} >= {"rsft_batch", "search_iteration", "test_eval"}

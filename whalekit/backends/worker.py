@@ -127,9 +127,9 @@ class RolloutWorker:
                 warnings.simplefilter("ignore")
                 set_isolation_mode(isolation)
         options = dict(sampler_options or {})
-        if sampler_kind == "vllm":
-            policy = load_policy(model, sampler="vllm", vllm_options=options)
-        else:
+        if sampler_kind in ("vllm", "auto"):  # options are VLLMSampler's (RunConfig.vllm_options)
+            policy = load_policy(model, sampler=sampler_kind, vllm_options=options)
+        else:  # options are load_policy's (dtype, max_batch_size)
             policy = load_policy(model, **options)
         self.index, self.sampler = index, policy.sampler
         self._domains: dict[str, Any] = {}
