@@ -1,7 +1,9 @@
 """Device check for the GPU path: a batched rollout through the sampler (vLLM when
 importable, else transformers, said so), one RSFT step (full fine-tuning, then LoRA), the
 weight sync after each, and a rollout after the sync; prints sampling tokens/s, training
-tokens/s and the sync time. Sized to finish in well under 8 minutes on one H200.
+tokens/s and the sync time. Then (`--ray-replicas 2`, the default) the Ray backend: two
+sampler replicas as Ray actors sharing the GPU, their rollout and a weight broadcast. Sized
+to finish in well under 9 minutes on one H200.
 
 The device machine reaches no network, so the model is built there: SmolLM2-135M's config
 and tokenizer (prepared here, carried, a few MB) with random weights, which cost the same
@@ -123,6 +125,61 @@ def rsft_step(policy, domain, tasks, trajectories, lora: bool) -> None:
     torch.cuda.empty_cache()
 
 
+def ray_replicas(path: Path, domain, runtime, tasks, reference: list, replicas: int, args) -> None:
+    """`backend: ray` with `replicas` vLLM (or transformers) replicas sharing this GPU as
+    Ray actors: the same rollout as the local sampler's (same trajectories: per-episode
+    seeds), its wall time against the local one, and a weight broadcast to every replica."""
+    import dataclasses
+
+    import torch
+
+    from whalekit.backends import BackendConfig, ray_available
+    from whalekit.engine import Episode, RolloutConfig
+    from whalekit.samplers.vllm import vllm_available
+
+    if not ray_available():
+        print("ray case: skipped, ray is not importable here (carry its wheels in .whl/, see bench/gpu_check.sh)")
+        return
+    import ray
+
+    from whalekit.backends.ray_backend import RayBackend, connect
+
+    if not vllm_available() or args.hf:
+        print("ray case: skipped, it runs vLLM replicas (the transformers sampler's GPU path is the local check)")
+        return
+    kind = "vllm"
+    options = {"gpu_memory_fraction": args.gpu_memory_fraction / replicas, "enforce_eager": args.eager,
+               "max_model_len": 2048}
+    connect(BackendConfig(kind="ray", init_options={"num_gpus": 1, "num_cpus": 2 * replicas, "log_to_driver": False}))
+    start = time.perf_counter()
+    backend = RayBackend(BackendConfig(kind="ray", num_workers=replicas, cpus_per_worker=2,
+                                       gpus_per_worker=1 / replicas), model=str(path), sampler_kind=kind,
+                         sampler_options=options)
+    print(f"ray case: {replicas} {kind} replicas on one GPU, started in {time.perf_counter() - start:.1f} s")
+    episodes = [Episode(t, runtime, i) for i, t in enumerate(tasks)]
+    config = RolloutConfig(temperature=1.0, progress=False)
+    backend.rollout(domain, episodes[:8], config)  # warm-up
+    start = time.perf_counter()
+    trajectories = backend.rollout(domain, episodes, config)
+    seconds = time.perf_counter() - start
+    tokens = sum(t.generated_tokens for t in trajectories)
+    same = [dataclasses.replace(t, timings={}) for t in trajectories] == \
+        [dataclasses.replace(t, timings={}) for t in reference]
+    print(f"ray case: {len(tasks)} episodes, {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.0f} tok/s "
+          f"(per-worker episodes {[s.episodes for s in backend.stats]}); same trajectories as the local sampler: "
+          f"{same} (vLLM batches are not bitwise batch-invariant, so False there is expected)")
+    from whalekit.models import load_model
+
+    state = load_model(path, "bfloat16").state_dict()
+    start = time.perf_counter()
+    backend.load_weights({k: v + 0.0 for k, v in state.items()})
+    print(f"ray case: weight broadcast through the object store {time.perf_counter() - start:.2f} s; "
+          f"worker versions {backend.worker_versions()} (driver {backend.version})")
+    backend.close()
+    ray.shutdown()
+    torch.cuda.empty_cache()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prepare", type=Path, help="write the model shape folder here and exit")
@@ -133,6 +190,7 @@ def main() -> None:
     parser.add_argument("--gpu-memory-fraction", type=float, default=0.3)
     parser.add_argument("--eager", action="store_true", help="no CUDA graphs in vLLM (faster start)")
     parser.add_argument("--hf", action="store_true", help="use the transformers sampler even if vLLM is there")
+    parser.add_argument("--ray-replicas", type=int, default=2, help="Ray backend case: replicas on this GPU (0: skip)")
     args = parser.parse_args()
     if args.prepare:
         prepare(args.prepare)
@@ -171,10 +229,14 @@ def main() -> None:
     rsft_step(policy, domain, tasks, trajectories[:64], lora=False)
     after = [c.token_ids for c in sampler.generate(probe, SamplingParams(0.0))]
     print(f"greedy outputs changed by the sync: {sum(a != b for a, b in zip(after, before))}/{len(probe)} prompts")
-    timed_rollout(domain, runtime, tasks, sampler, "rollout after the sync")
+    after_sync = timed_rollout(domain, runtime, tasks, sampler, "rollout after the sync")
     rsft_step(policy, domain, tasks, trajectories[:64], lora=True)
     print(f"peak GPU memory allocated in this process: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
     sampler.close()
+    if args.ray_replicas:
+        # the replicas start from the weights on disk: compare with the rollout before training
+        del after_sync
+        ray_replicas(path, domain, runtime, tasks, trajectories, args.ray_replicas, args)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Device check (issue 10): batched rollout through VLLMSampler, one RSFT step (full, then
-# LoRA), the weight sync and a rollout after it, on one GPU, within 8 minutes.
+# LoRA), the weight sync and a rollout after it, on one GPU; then the Ray backend with two
+# vLLM replicas on that GPU (issue 21; needs ray importable there: carry its wheel in .whl/,
+# or pass --ray-replicas 0 to skip it). Within 9 minutes.
 # Prepared here (no network there):
 #   python bench/gpu_check.py --prepare .gpucheck      # SmolLM2-135M config + tokenizer, ~3.5 MB
 #   echo /.gpucheck/ >> .git/info/exclude
@@ -19,7 +21,8 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 LOG="${OUT:-/tmp}/gpu_check.log"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$LOG"
 python3 -c "import vllm; print('vllm', vllm.__version__)" 2>/dev/null | tee -a "$LOG" || echo "vllm: not importable" | tee -a "$LOG"
-timeout 460 python3 bench/gpu_check.py "$@" 2>&1 | grep -v -E "^(INFO|DEBUG)|it/s\]$" | tee -a "$LOG"
+python3 -c "import ray; print('ray', ray.__version__)" 2>/dev/null | tee -a "$LOG" || echo "ray: not importable" | tee -a "$LOG"
+timeout 540 python3 bench/gpu_check.py "$@" 2>&1 | grep -v -E "^(INFO|DEBUG)|it/s\]$" | tee -a "$LOG"
 status=${PIPESTATUS[0]}
-[ "$status" = 124 ] && echo "gpu_check: stopped at the 460 s limit" | tee -a "$LOG"
+[ "$status" = 124 ] && echo "gpu_check: stopped at the 540 s limit" | tee -a "$LOG"
 exit "$status"

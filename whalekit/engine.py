@@ -118,6 +118,12 @@ def _stable_hash(text: str) -> int:
 def rollout(domain: Domain, episodes: list[Episode], sampler: Sampler, config: RolloutConfig | None = None,
             policy_version: int | None = None) -> list[Trajectory]:
     """Run all episodes to the end; return one verified Trajectory per episode, in order."""
+    # -- backends seam (issue 21): a sampler bound to a rollout backend (whalekit.backends, e.g.
+    # Ray workers) hands the whole rollout to it; the local path below is unchanged.
+    backend = getattr(sampler, "rollout_backend", None)
+    if backend is not None:
+        return backend.rollout(domain, episodes, config, policy_version)
+    # -- end of the backends seam
     config = config or RolloutConfig()
     continuous = config.scheduling == "continuous" or (config.scheduling == "auto" and sampler.continuous)
     if continuous and not sampler.continuous:

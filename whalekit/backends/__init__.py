@@ -1,0 +1,120 @@
+"""Where rollouts run: `local` (this process, the default) or `ray` (rollout-worker actors
+on a Ray cluster). Both give the same trajectories: every episode's sampling seed derives
+from (run seed, step, task id, sample index), never from which worker or batch drew it.
+
+    backend = make_backend(BackendConfig(kind="ray", num_workers=2), model="tiny-random")
+    trajectories = backend.rollout(domain, episodes, RolloutConfig(seed=0))
+    backend.load_weights(trainer.merged_state_dict())   # reaches every worker; version + 1
+
+`backend.sampler` is a `Sampler` bound to the backend: hand it to code that takes a sampler
+(`engine.rollout`, the RSFT trainer, the search stage) and their rollouts run on the backend,
+their weight syncs broadcast to every worker. Ray is imported only by the `ray` backend
+(`pip install -e .[ray]`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from whalekit.domains.base import Domain
+    from whalekit.engine import Episode, RolloutConfig
+    from whalekit.samplers.base import Sampler
+    from whalekit.types import Trajectory
+
+BACKEND_KINDS = ("local", "ray")
+RAY_HINT = "pip install -e '.[ray]'  (or: pip install 'ray>=2.40')"
+
+
+class StaleWeightsError(RuntimeError):
+    """A rollout worker holds other weights than the driver's current version: sampling
+    with them would train on, or score harnesses with, a policy that no longer exists."""
+
+
+class WorkerLostError(RuntimeError):
+    """Rollout workers kept dying: more replacements than `BackendConfig.max_restarts`."""
+
+
+@dataclass
+class BackendConfig:
+    kind: str = "local"  # local | ray
+    address: str | None = None  # ray: an existing cluster ("auto", "ray://head:10001"); None starts a local one
+    num_workers: int = 2  # ray: rollout-worker actors, each with its own sampler and harness workers
+    worker_capacity: int = 64  # ray: most episodes one worker runs in one lock-step call
+    cpus_per_worker: float = 1.0  # ray: CPUs each actor reserves (also its torch threads)
+    gpus_per_worker: float = 0.0  # ray: GPUs each actor reserves (1 for a vLLM replica)
+    max_restarts: int = 3  # ray: dead workers replaced per rollout call before it fails
+    init_options: dict[str, Any] = field(default_factory=dict)  # ray: extra ray.init kwargs (runtime_env, ...)
+
+    def __post_init__(self) -> None:
+        if self.kind not in BACKEND_KINDS:
+            raise ValueError(f"backend kind must be one of {', '.join(BACKEND_KINDS)}, got {self.kind!r}")
+        if self.num_workers < 1 or self.worker_capacity < 1 or self.max_restarts < 0:
+            raise ValueError("num_workers and worker_capacity must be >= 1, max_restarts >= 0")
+        if self.cpus_per_worker < 0 or self.gpus_per_worker < 0:
+            raise ValueError("cpus_per_worker and gpus_per_worker must be >= 0")
+
+
+class RolloutBackend(Protocol):
+    """The seam between the drivers (RSFT, search, test evaluation) and where rollouts run."""
+
+    sampler: Sampler  # bound to this backend: its load_weights reaches every worker
+
+    @property
+    def version(self) -> int: ...
+
+    def rollout(self, domain: Domain, episodes: list[Episode], config: RolloutConfig | None = None,
+                policy_version: int | None = None) -> list[Trajectory]: ...
+
+    def load_weights(self, state_dict: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class LocalBackend:
+    """Rollouts in this process with one sampler: exactly `engine.rollout`."""
+
+    def __init__(self, sampler: Sampler):
+        self.sampler = sampler
+
+    @property
+    def version(self) -> int:
+        return self.sampler.version
+
+    def rollout(self, domain: Domain, episodes: list[Episode], config: RolloutConfig | None = None,
+                policy_version: int | None = None) -> list[Trajectory]:
+        from whalekit.engine import rollout
+
+        return rollout(domain, episodes, self.sampler, config, policy_version)
+
+    def load_weights(self, state_dict: Any) -> None:
+        self.sampler.load_weights(state_dict)
+
+    def close(self) -> None:
+        pass
+
+
+def ray_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+def make_backend(config: BackendConfig, sampler: Sampler | None = None, model: str = "tiny-random",
+                 sampler_kind: str = "hf", sampler_options: dict[str, Any] | None = None) -> Any:
+    """`local`: wraps `sampler` (required). `ray`: starts or joins a cluster and its workers,
+    each loading `model` with `sampler_kind` ("hf" | "vllm") and `sampler_options`."""
+    if config.kind == "local":
+        if sampler is None:
+            raise ValueError("the local backend needs the sampler it runs rollouts with")
+        return LocalBackend(sampler)
+    if not ray_available():
+        raise ImportError(f"backend 'ray' needs the ray package: {RAY_HINT}")
+    from whalekit.backends.ray_backend import RayBackend
+
+    return RayBackend(config, model=model, sampler_kind=sampler_kind, sampler_options=sampler_options)
+
+
+__all__ = ["BACKEND_KINDS", "BackendConfig", "LocalBackend", "RolloutBackend", "StaleWeightsError",
+           "WorkerLostError", "make_backend", "ray_available"]
