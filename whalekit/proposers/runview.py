@@ -104,26 +104,26 @@ class RunView:
                                                "evolution_summary.jsonl": self._evolution}
         for entry in self.archive.entries():
             base = f"candidates/{entry.id}"
-            files[f"{base}/harness.py"] = lambda cid=entry.id: self.archive.source(cid)
-            files[f"{base}/summary.json"] = lambda cid=entry.id: self._summary(cid)
+            files[f"{base}/harness.py"] = lambda cid=entry.id: self.archive.source(cid)  # type: ignore[misc]
+            files[f"{base}/summary.json"] = lambda cid=entry.id: self._summary(cid)  # type: ignore[misc]
             if entry.parent_ids:
-                files[f"{base}/diff.txt"] = lambda cid=entry.id: self.archive.diff(cid) or "(no change)\n"
+                files[f"{base}/diff.txt"] = lambda cid=entry.id: self.archive.diff(cid) or "(no change)\n"  # type: ignore[misc]
             for version in sorted(entry.scores):
-                files[f"{base}/w{version}/outcomes.jsonl"] = lambda cid=entry.id, v=version: self._outcomes(cid, v)
+                files[f"{base}/w{version}/outcomes.jsonl"] = lambda cid=entry.id, v=version: self._outcomes(cid, v)  # type: ignore[misc]
                 for k, traj in enumerate(self._trajectories(entry.id, version)):
                     path = f"{base}/w{version}/trajectories/{k:03d}_{_safe_name(traj.task_id)}.txt"
-                    files[path] = lambda t=traj: render_trajectory(t)
+                    files[path] = lambda t=traj: render_trajectory(t)  # type: ignore[misc]
         root = Path(self.archive.root) / PROTOTYPES_DIR
         for folder in sorted(root.iterdir()) if root.is_dir() else []:
             summary_path = folder / "summary.json"
             if not summary_path.exists():  # killed before it finished: not a prototype run
                 continue
             base = f"{PROTOTYPES_DIR}/{folder.name}"
-            files[f"{base}/harness.py"] = lambda f=folder: (f / "harness.py").read_text(encoding="utf-8")
-            files[f"{base}/summary.json"] = lambda f=folder: self._prototype_summary(f)
+            files[f"{base}/harness.py"] = lambda f=folder: (f / "harness.py").read_text(encoding="utf-8")  # type: ignore[misc]
+            files[f"{base}/summary.json"] = lambda f=folder: self._prototype_summary(f)  # type: ignore[misc]
             for k, traj in enumerate(self._prototype_trajectories(folder)):
-                files[f"{base}/trajectories/{k:03d}_{_safe_name(traj.task_id)}.txt"] = lambda t=traj: \
-                    render_trajectory(t)
+                name = f"{base}/trajectories/{k:03d}_{_safe_name(traj.task_id)}.txt"
+                files[name] = lambda t=traj: render_trajectory(t)  # type: ignore[misc]
         self._files, self._cache = files, {}
 
     def paths(self) -> list[str]:
