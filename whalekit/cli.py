@@ -71,6 +71,8 @@ def _add_config_flags(parser: argparse.ArgumentParser, preset: str = "cpu") -> N
                         help="override a preset field, e.g. rsft.learning_rate=1e-4 (value parsed as YAML)")
     parser.add_argument("--isolation", choices=("sandbox", "none"), default=None,
                         help="none runs untrusted code WITHOUT the sandbox: trusted code and debugging only")
+    parser.add_argument("--backend", choices=("local", "ray"), default=None,
+                        help="where rollouts run: this process (local) or Ray rollout-worker actors (ray)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> int:
     from whalekit.whale import run_method
 
-    extra = {"isolation": args.isolation} if args.isolation else {}
+    extra: dict[str, Any] = {"isolation": args.isolation} if args.isolation else {}
+    if args.backend:
+        extra["backend"] = {"kind": args.backend}
     config = resolve(args.preset, args.domain, args.method, args.schedule, args.seed, args.runs_root, args.set,
                      **extra)
     if args.print_config:
@@ -132,8 +136,13 @@ def _grid(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from whalekit.runs import RunDir
 
+    from whalekit.proposers.ledger import run_cost_report
+
     for path in run_paths(args.runs):
-        print(summary_line(RunDir(path)))
+        run = RunDir(path)
+        print(summary_line(run))
+        if (run.root / "archive").is_dir():  # proposer spend: per session, per accepted harness
+            print("  " + run_cost_report(run.root / "archive", run.config()["domain"]).replace("\n", "\n  "))
     return 0
 
 

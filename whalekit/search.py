@@ -109,6 +109,21 @@ def _to_rescore(archive: Archive, weights_version: int, top: int) -> list[str]:
     return [cid for cid in unique if weights_version not in archive.entry(cid).scores]
 
 
+def _give_prototyper(proposer: Any, domain: Domain, sampler: Sampler, search_tasks: list[Task],
+                     budget: RolloutBudget, archive: Archive, config: SearchConfig, weights_version: int,
+                     seed: int) -> None:
+    """LLM proposers get a prototyping tool: drafts run on search problems in the sandbox,
+    charged to the budget (phase "prototype"); it also limits their run view to these tasks."""
+    target = getattr(proposer, "inner", proposer)
+    if not hasattr(target, "prototyper"):
+        return
+    from whalekit.proposers.prototype import Prototyper
+
+    target.prototyper = Prototyper(domain, sampler, search_tasks, budget, archive.root, weights_version, seed,
+                                   config.limits(), temperature=config.temperature, top_p=config.top_p,
+                                   top_k=config.top_k, max_context_tokens=config.max_context_tokens)
+
+
 def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: Sampler, search_tasks: list[Task],
                      budget: RolloutBudget, config: SearchConfig, weights_version: int, seed: int, step: int = 0,
                      on_iteration: Callable[[dict[str, Any]], None] | None = None) -> str:
@@ -124,6 +139,7 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: S
     progress = archive.stage_progress(key) or {"iterations_done": 0, "rescored": False, "rollouts": 0}
     n_tasks = len(search_tasks)
     probe = search_tasks[0].view()
+    _give_prototyper(proposer, domain, sampler, search_tasks, budget, archive, config, weights_version, seed)
 
     def evaluate(ids: list[str], call: int) -> None:
         affordable = ids[:budget.remaining // n_tasks]

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whalekit.backends import BackendConfig
 from whalekit.budget import BudgetConfig, RolloutBudget
 from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
@@ -73,6 +74,8 @@ class RunConfig:
     # sandbox: proposed harnesses and model-written Python run behind whalekit.sandbox (bubblewrap).
     # none: trusted code only, for debugging; runs unsandboxed with a loud warning, recorded here.
     isolation: str = "sandbox"
+    # where rollouts run: local (this process) or ray (rollout-worker actors); same events either way
+    backend: BackendConfig = field(default_factory=BackendConfig)
 
     def __post_init__(self) -> None:
         self.schedule = parse_schedule(self.schedule)
@@ -92,7 +95,8 @@ class RunConfig:
             raise ValueError(f"{self.method} trains weights: n_train must be positive")
         if self.method in SEARCH_METHODS and self.n_search <= 0:
             raise ValueError(f"{self.method} searches harnesses: n_search must be positive")
-        for name, cls in (("rsft", RSFTConfig), ("search", SearchConfig), ("adaptive", AdaptiveConfig)):
+        for name, cls in (("rsft", RSFTConfig), ("search", SearchConfig), ("adaptive", AdaptiveConfig),
+                          ("backend", BackendConfig)):
             value = getattr(self, name)
             if isinstance(value, dict):
                 setattr(self, name, cls(**value))
@@ -181,18 +185,23 @@ def make_proposer(name: str, domain: Domain, archive: Any, seed: int, options: d
         catalogue = prompt_only_catalogue(domain) if prompt_only else domain.mechanisms()
         proposer = ReflectiveProposer(catalogue, seed=seed, **options)
         return PromptOnly(proposer) if prompt_only else proposer
-    if name in ("anthropic", "openai"):
+    if name in ("anthropic", "openai", "claude-code"):
         from whalekit.proposers.agent_loop import AgentConfig
         from whalekit.proposers.ledger import Ledger
 
         options = dict(options)
-        connection = {k: options.pop(k) for k in ("api_key", "base_url") if k in options}
+        connection = {k: options.pop(k) for k in ("api_key", "base_url", "cli_path", "env") if k in options}
         ledger = Ledger.for_archive(archive)
         if name == "anthropic":
             from whalekit.proposers.anthropic_agent import DEFAULT_MODEL, AnthropicProposer
 
             config = AgentConfig(**{"model": DEFAULT_MODEL, **options})
             agent: Any = AnthropicProposer(domain, config, ledger=ledger, **connection)
+        elif name == "claude-code":  # the paper's own proposer: Claude Code through claude-agent-sdk
+            from whalekit.proposers import claude_code
+
+            config = AgentConfig(**{"model": claude_code.DEFAULT_MODEL, **options})
+            agent = claude_code.ClaudeCodeProposer(domain, config, ledger=ledger, **connection)
         else:
             from whalekit.proposers.openai_agent import OpenAIProposer
 
@@ -212,6 +221,13 @@ class _Driver:
         self.domain = get_domain(config.domain, **config.domain_options)
         self.splits = self.domain.load_splits(n_train=config.n_train, n_search=config.n_search,
                                               n_test=config.n_test, seed=config.seed, **config.split_options)
+        self.backend = None
+        if policy is None and config.backend.kind == "ray":
+            from whalekit.backends import make_backend
+
+            self.backend = make_backend(config.backend, model=config.model, sampler_kind=config.sampler,
+                                        sampler_options=config.vllm_options if config.sampler != "hf" else {})
+            policy = self.backend.policy()
         if policy is None:
             from whalekit.models import load_policy
 
@@ -286,6 +302,8 @@ class _Driver:
         for runtime in self._runtimes.values():
             if hasattr(runtime, "close"):
                 runtime.close()
+        if self.backend is not None:
+            self.backend.close()
 
     # -- state ----------------------------------------------------------------------------
     def fresh_state(self) -> dict[str, Any]:
@@ -450,7 +468,10 @@ class _Driver:
         else:
             state = self.fresh_state()
             self.run.events_path.unlink(missing_ok=True)  # a start killed before its first commit
-            self.run.write_config(self.config.to_json())
+            from whalekit.provenance import provenance
+
+            self.run.write_config({**self.config.to_json(),
+                                   "provenance": provenance(self.config.sampler, self.sampler)})
             self.run.log("run_start", rollouts=0, budget=self.budget_total(), budget_mode=self.config.budget.mode,
                          weight_steps=self.config.budget.weight_steps, method=self.config.method,
                          schedule=list(self.config.schedule), domain=self.config.domain, seed=self.config.seed,
@@ -509,7 +530,8 @@ def config_changes(config: RunConfig) -> list[str]:
     recorded = _flat(_deep_merge(_json(_field_defaults(RunConfig)), run.config()))
     current = _flat(_json(config.to_json()))
     return [f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}" for key in sorted(set(recorded) | set(current))
-            if key != "runs_root" and recorded.get(key) != current.get(key)]
+            if key != "runs_root" and not key.startswith(("provenance.", "backend."))
+            and recorded.get(key) != current.get(key)]
 
 
 def _field_defaults(cls: type) -> dict[str, Any]:
@@ -544,9 +566,15 @@ def check_not_stale(config: RunConfig) -> None:
                             f"delete the folder to recompute it, or set another runs_root")
 
 
-def run_method(config: RunConfig, policy: Any = None) -> RunDir:
-    """Run (or resume, or reuse when finished) one (domain, method, schedule, seed) run."""
+def run_method(config: RunConfig, policy: Any = None, reuse_foreign: bool | None = None) -> RunDir:
+    """Run (or resume, or reuse when finished) one (domain, method, schedule, seed) run.
+    A run made by other code or another sampler is refused unless `reuse_foreign`
+    (or WHALEKIT_REUSE_FOREIGN_RUNS=1), see whalekit.provenance."""
     check_not_stale(config)
+    from whalekit.provenance import check_reuse, provenance
+
+    check_reuse(config.run_dir, provenance(config.sampler, policy.sampler if policy is not None else None),
+                reuse_foreign)
     from whalekit.sandbox import isolation_mode, set_isolation_mode
 
     if config.isolation != isolation_mode():
