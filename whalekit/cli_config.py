@@ -72,6 +72,10 @@ def check_overrides(overrides: dict[str, Any], cls: type | None = None, prefix: 
             valid = ", ".join(prefix + k for k in fields if prefix or k not in FLAG_FIELDS)
             raise CLIError(f"--set {name}: unknown key; valid keys: {valid}")
         hint = hints[key]
+        if not prefix and key == "budget" and not isinstance(value, dict):  # shorthand for budget.rollouts
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise CLIError(f"--set budget={value!r}: expected int (the rollouts budget) or set budget.<key>")
+            continue
         if dataclasses.is_dataclass(hint):
             if not isinstance(value, dict):
                 raise CLIError(f"--set {name}: a section; set one of its keys, e.g. --set {name}."

@@ -125,8 +125,9 @@ def rollout(domain: Domain, episodes: list[Episode], sampler: Sampler, config: R
         return backend.rollout(domain, episodes, config, policy_version)
     # -- end of the backends seam
     config = config or RolloutConfig()
-    continuous = config.scheduling == "continuous" or (config.scheduling == "auto" and sampler.continuous)
-    if continuous and not sampler.continuous:
+    supports = bool(getattr(sampler, "continuous", False))  # samplers (and test doubles) without submit/poll
+    continuous = config.scheduling == "continuous" or (config.scheduling == "auto" and supports)
+    if continuous and not supports:
         raise ValueError(f"{type(sampler).__name__} samples in lock-step only (no submit/poll); "
                          "use scheduling='lockstep' or 'auto'")
     version = sampler.version if policy_version is None else policy_version
