@@ -134,9 +134,8 @@ def _grid(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from whalekit.runs import RunDir
-
     from whalekit.proposers.ledger import run_cost_report
+    from whalekit.runs import RunDir
 
     for path in run_paths(args.runs):
         run = RunDir(path)
