@@ -71,7 +71,8 @@ def test_print_config_prints_the_resolved_config_as_yaml_and_runs_nothing(capsys
     expected = resolve_config("smoke", "toy", "fst", "1,2", 3, runs_root=str(tmp_path), budget=64,
                               rsft={"learning_rate": 1e-4}, isolation="none")
     assert printed == json.loads(json.dumps(expected.to_json()))
-    assert printed["budget"]["rollouts"] == 64 and printed["rsft"]["learning_rate"] == 1e-4 and printed["isolation"] == "none"
+    assert printed["budget"]["rollouts"] == 64 and printed["rsft"]["learning_rate"] == 1e-4
+    assert printed["isolation"] == "none"
     assert printed["schedule"] == [1.0, 2] and printed["model"] == "tiny-random"
     assert not any(tmp_path.iterdir())
 
