@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from whalekit.cli import _overrides
+from whalekit.cli_config import parse_overrides
 from whalekit.domains.searchqa import SearchQADomain
 from whalekit.whale import _Driver, resolve_config
 
@@ -52,7 +52,7 @@ def test_paper_preset_gives_vllm_a_configurable_share_of_the_gpu(paper_data):
     assert config.vllm_options == {"gpu_memory_fraction": 0.35, "max_model_len": 16384}
     assert config.rsft.train_dtype == "auto"  # bf16 on CUDA
     raised = resolve_config("paper", "searchqa", "whale",
-                            **_overrides(["vllm_options.gpu_memory_fraction=0.5", "rsft.train_dtype=float32"]))
+                            **parse_overrides(["vllm_options.gpu_memory_fraction=0.5", "rsft.train_dtype=float32"]))
     assert raised.vllm_options == {"gpu_memory_fraction": 0.5, "max_model_len": 16384}  # one key changed
     assert raised.rsft.train_dtype == "float32"
     assert raised.to_json()["vllm_options"]["gpu_memory_fraction"] == 0.5  # recorded in config.json
