@@ -202,20 +202,23 @@ def test_model_code_cannot_exceed_its_process_count(world: dict) -> None:
 def _readable_for_everyone(paths: list[str]) -> str:
     """Shell lines (run in a private mount namespace) that make `paths` reachable for an
     unprivileged user where an ancestor is closed to others (e.g. Python under /root), by
-    mounting a 0755 tmpfs over that ancestor with only the needed child bound back in."""
-    lines, done = [], set()
+    mounting a 0755 tmpfs over that ancestor with only the needed children bound back in."""
+    needed: dict[Path, set[str]] = {}
     for path in paths:
         parts = Path(path).resolve().parts
         for depth in range(1, len(parts) - 1):
-            ancestor, child = Path(*parts[:depth + 1]), parts[depth + 1]
-            if os.stat(ancestor).st_mode & 0o001 or (str(ancestor), child) in done:
-                continue
-            done.add((str(ancestor), child))
-            stash = f"/tmp/whalekit-stash-{uuid.uuid4().hex[:8]}"
-            lines += [f"mkdir -p {stash}", f"mount --bind {ancestor / child} {stash}",
-                      f"mount -t tmpfs -o mode=0755 whalekit {ancestor}", f"mkdir -p {ancestor / child}",
-                      f"mount --bind {stash} {ancestor / child}"]
-            break
+            ancestor = Path(*parts[:depth + 1])
+            if not os.stat(ancestor).st_mode & 0o001:
+                needed.setdefault(ancestor, set()).add(parts[depth + 1])
+                break
+    lines = []
+    for ancestor, children in needed.items():
+        stashes = {child: f"/tmp/whalekit-stash-{uuid.uuid4().hex[:8]}" for child in sorted(children)}
+        for child, stash in stashes.items():
+            lines += [f"mkdir -p {stash}", f"mount --bind {ancestor / child} {stash}"]
+        lines.append(f"mount -t tmpfs -o mode=0755 whalekit {ancestor}")
+        for child, stash in stashes.items():
+            lines += [f"mkdir -p {ancestor / child}", f"mount --bind {stash} {ancestor / child}"]
     return "\n".join(lines)
 
 
