@@ -59,6 +59,7 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--scheduling", default="auto", choices=["auto", "continuous", "lockstep"])
     parser.add_argument("--sampler", default="auto", choices=["auto", "hf", "vllm"])
     parser.add_argument("--source", default="generated", choices=["generated", "lichess"])
     parser.add_argument("--path", default=None, help="Lichess puzzle CSV for --source lichess")
@@ -87,7 +88,7 @@ def main() -> None:
         episodes = [Episode(task, harness, i) for task in splits.test for i in range(args.samples)]
         started = time.perf_counter()
         trajectories = rollout(domain, episodes, policy.sampler,
-                               RolloutConfig(temperature=args.temperature, seed=args.seed, description=name))
+                               RolloutConfig(temperature=args.temperature, scheduling=args.scheduling, seed=args.seed, description=name))
         wall = time.perf_counter() - started
         flags = sorted({k for t in trajectories for k, v in t.flags.items() if isinstance(v, (bool, int, float))})
         means = {k: statistics.mean(float(t.flags.get(k, 0)) for t in trajectories) for k in flags}

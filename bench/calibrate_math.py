@@ -46,6 +46,7 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--scheduling", default="auto", choices=["auto", "continuous", "lockstep"])
     parser.add_argument("--sampler", default="auto", choices=["auto", "hf", "vllm"])
     parser.add_argument("--mix", type=json.loads, default=None, help='JSON family weights, e.g. {"arithmetic": 1}')
     parser.add_argument("--source", default="generated")
@@ -65,7 +66,7 @@ def main() -> None:
         episodes = [Episode(task, harness, i) for task in splits.test for i in range(args.samples)]
         start = time.perf_counter()
         trajectories = rollout(domain, episodes, policy.sampler,
-                               RolloutConfig(temperature=args.temperature, seed=args.seed, description=name))
+                               RolloutConfig(temperature=args.temperature, scheduling=args.scheduling, seed=args.seed, description=name))
         wall = time.perf_counter() - start
         flags: dict[str, list[float]] = defaultdict(list)
         by_subset: dict[str, list[float]] = defaultdict(list)

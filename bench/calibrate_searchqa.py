@@ -51,6 +51,7 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--scheduling", default="auto", choices=["auto", "continuous", "lockstep"])
     parser.add_argument("--sampler", default="auto", choices=["auto", "hf", "vllm"])
     parser.add_argument("--batch", type=int, default=64, help="sampler max batch size")
     parser.add_argument("--json", help="also write the summary to this file")
@@ -69,7 +70,7 @@ def main() -> None:
         episodes = [Episode(task, runtime, i) for task in splits.test for i in range(args.samples)]
         start = time.perf_counter()
         trajectories = rollout(domain, episodes, policy.sampler,
-                               RolloutConfig(temperature=args.temperature, seed=args.seed, progress=args.progress))
+                               RolloutConfig(temperature=args.temperature, scheduling=args.scheduling, seed=args.seed, progress=args.progress))
         wall = time.perf_counter() - start
         summary = summarize(trajectories)
         by_family: dict[str, list[float]] = defaultdict(list)
