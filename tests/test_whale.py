@@ -142,6 +142,37 @@ def test_a_run_killed_right_after_a_search_evaluation_was_recorded_resumes_to_th
     assert without_timings(resumed.events()) == without_timings(straight.events())
 
 
+def test_the_driver_commits_a_typed_state_and_resumes_a_schema_1_one_to_the_same_events(tmp_path, monkeypatch):
+    """state.json is a RunState (schema 2); a run killed under the former dict (schema 1)
+    resumes from it to the events of a run never killed."""
+    from whalekit.run_state import SCHEMA_VERSION, RunState
+
+    straight = run_method(_config(tmp_path / "straight", "whale"), policy=load_policy("tiny-random"))
+    assert straight.state()["schema_version"] == SCHEMA_VERSION == 2
+    assert RunState.from_json(straight.state()).finished
+    original, commits = whale._Driver.commit, []
+
+    def dies_after_the_fourth_commit(self, state):
+        assert isinstance(state, RunState)
+        original(self, state)
+        commits.append(state.step)
+        if len(commits) == 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(whale._Driver, "commit", dies_after_the_fourth_commit)
+    killed = _config(tmp_path / "killed", "whale")
+    with pytest.raises(KeyboardInterrupt):
+        run_method(killed, policy=load_policy("tiny-random"))
+    monkeypatch.setattr(whale._Driver, "commit", original)
+    state_path = killed.run_dir / "state.json"
+    old = {**json.loads(state_path.read_text()), "schema_version": 1}  # as the former driver wrote it
+    state_path.write_text(json.dumps(old))
+    assert not RunDir(killed.run_dir).done and commits[-1] > 0
+    resumed = run_method(killed, policy=load_policy("tiny-random"))
+    assert without_timings(resumed.events()) == without_timings(straight.events())
+    assert resumed.state()["schema_version"] == 2
+
+
 _RUN_SCRIPT = """
 import sys
 from whalekit.whale import resolve_config, run_method
