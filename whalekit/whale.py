@@ -253,6 +253,7 @@ class _Driver:
         self.schedule = Schedule(config.method, epochs, iterations, config.stagewise_split, config.adaptive,
                                  config.search.count_incoming)
         self._runtimes: dict[str, Any] = {}
+        self._resumed_at: tuple[int, float] = (0, time.monotonic())  # (work done, when) as this process began
 
     def open_archive(self, state: RunState) -> Any:
         """The archive this harness stage searches. `run` scope: the run's one archive.
@@ -368,6 +369,32 @@ class _Driver:
                 if str(old) != keep:
                     shutil.rmtree(old, ignore_errors=True)
 
+    def work_done(self, state: RunState) -> tuple[int, int, str]:
+        """(done, total, unit) of the run's work: rollouts against the budget, or in
+        weight_steps mode (rollouts uncapped) weight steps, or harness_only's search iterations."""
+        if self.config.budget.mode == "rollouts":
+            return self.budget.spent, self.budget.total, "rollouts"
+        if self.trainer is not None:
+            return self.trainer.state.batches, self.config.budget.weight_steps, "weight steps"
+        return state.search_iterations, self.config.budget.search_iterations, "search iterations"
+
+    def report_stage(self, state: RunState, kind: str) -> None:
+        """One line for the stage just finished: kind, work done / total, its signal (the
+        training reward window, as rsft_batch logs it, or the best search score), elapsed
+        and ETA at the rate measured since this process began (or resumed) the run."""
+        from whalekit.progress import report, stage_line
+
+        signal: float | None = None
+        if kind == "harness" and state.stage_signals:
+            signal = state.stage_signals[-1]
+        elif kind == "weight" and self.trainer is not None and self.trainer.state.rewards:
+            window = self.trainer.state.rewards[-self.config.rsft.reward_window:]
+            signal = sum(window) / len(window)
+        done, total, unit = self.work_done(state)
+        done_at_start, started = self._resumed_at
+        report(stage_line(kind, len(state.history) - 1, done, total, signal, time.monotonic() - started,
+                          done_at_start, unit=unit))
+
     # -- steps ----------------------------------------------------------------------------
     def evaluate(self, state: RunState, reason: str) -> None:
         started = time.perf_counter()
@@ -473,6 +500,7 @@ class _Driver:
                          n_train=len(self.splits.train), n_search=len(self.splits.search), n_test=len(self.splits.test))
             self.evaluate(state, "initial")
             self.commit(state)
+        self._resumed_at = (self.work_done(state)[0], time.monotonic())  # the stage lines' rate starts here
         try:
             while state.stalled < 2 and self.budget_left(state):
                 if state.stage is None:
@@ -493,6 +521,7 @@ class _Driver:
                     state.stalled = 0 if state.stage_steps else state.stalled + 1
                     self.run.log("stage_end", kind=stage.kind, stage=len(state.history) - 1,
                                  rollouts=self.budget.spent, steps=state.stage_steps, stage_rollouts=rollouts)
+                    self.report_stage(state, stage.kind)
                     if state.stage_steps:
                         self.evaluate(state, f"after {stage.kind} stage")
                     state.stage = None
