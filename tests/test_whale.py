@@ -45,6 +45,128 @@ def test_every_method_runs_end_to_end_and_ends_exactly_at_the_same_budget(tmp_pa
     assert set(spent.values()) == {96}, spent
 
 
+class LedgerError(AssertionError):
+    """The budget's ledger and the trajectories actually sampled disagree."""
+
+
+@pytest.fixture
+def ledger(monkeypatch):
+    """Record, in order, every charge to a RolloutBudget, every batch of trajectories the
+    RSFT, search and test-evaluation rollouts returned, and every event the driver logged."""
+    import whalekit.budget as budget_module
+    import whalekit.rsft as rsft
+    import whalekit.search as search
+
+    entries: list[tuple[str, str, object]] = []
+    charge = budget_module.RolloutBudget.charge
+
+    def recorded_charge(self, n, phase):
+        charge(self, n, phase)
+        entries.append(("charge", phase, n))
+
+    monkeypatch.setattr(budget_module.RolloutBudget, "charge", recorded_charge)
+    for module, caller in ((rsft, "rsft"), (search, "search"), (whale, "test")):
+        def recorded_rollout(*args, _original=module.rollout, _caller=caller, **kwargs):
+            trajectories = _original(*args, **kwargs)
+            entries.append(("sampled", _caller, len(trajectories)))
+            return trajectories
+
+        monkeypatch.setattr(module, "rollout", recorded_rollout)
+    log = RunDir.log
+
+    def recorded_log(self, event, **fields):
+        record = log(self, event, **fields)
+        entries.append(("event", event, record))
+        return record
+
+    monkeypatch.setattr(RunDir, "log", recorded_log)
+    return entries
+
+
+def check_ledger(entries) -> dict[str, int]:
+    """The exact ledger: every RSFT or search rollout was charged, before it was sampled,
+    exactly as many rollouts as it returned trajectories; a test evaluation was charged
+    nothing; every event's `rollouts` is the number of training and search trajectories
+    sampled so far; run_end's per-phase totals are the trajectories each phase sampled.
+    Returns the trajectories sampled per caller; raises LedgerError at the first mismatch."""
+    pending = charged = sampled = 0
+    by_caller = {"rsft": 0, "search": 0, "test": 0}
+    charged_by_phase: dict[str, int] = {}
+    for kind, name, value in entries:
+        if kind == "charge":
+            pending += value
+            charged += value
+            charged_by_phase[name] = charged_by_phase.get(name, 0) + value
+        elif kind == "sampled":
+            by_caller[name] += value
+            if name == "test":
+                if pending:
+                    raise LedgerError(f"a test evaluation of {value} trajectories was charged {pending} rollouts")
+                continue
+            if pending != value:
+                raise LedgerError(f"{name} sampled {value} trajectories but was charged {pending} for them")
+            pending = 0
+            sampled += value
+        elif "rollouts" in value:
+            if not value["rollouts"] == charged == sampled:
+                raise LedgerError(f"{name}: the event says {value['rollouts']} rollouts spent, the budget was "
+                                  f"charged {charged}, {sampled} training and search trajectories were sampled")
+            if name == "run_end" and {k: v for k, v in value["by_phase"].items() if v} != charged_by_phase:
+                raise LedgerError(f"run_end by_phase {value['by_phase']} != charges {charged_by_phase}")
+    if pending:
+        raise LedgerError(f"{pending} rollouts charged for trajectories never sampled")
+    return by_caller
+
+
+@pytest.mark.parametrize("method", ["whale", "adaptive"])
+def test_every_phase_step_charges_exactly_the_trajectories_it_sampled_and_test_evaluation_nothing(tmp_path, ledger,
+                                                                                                  method):
+    run = run_method(_config(tmp_path, method), policy=load_policy("tiny-random"))
+    sampled = check_ledger(ledger)
+    evals = run.events("test_eval")
+    assert sampled["rsft"] and sampled["search"]
+    assert sampled["test"] == sum(e["k"] * e["n_tasks"] for e in evals) == len(evals) * 2 * 4
+    assert run.events("run_end")[-1]["rollouts"] == sampled["rsft"] + sampled["search"] == 96
+    assert sum(e["sampled"] for e in run.events("rsft_batch")) == sampled["rsft"]
+
+
+def _charges_search_twice(charge):
+    """A broken budget: a search evaluation is charged twice where the budget can pay for it."""
+
+    def broken_charge(budget, n, phase):
+        charge(budget, n, phase)
+        if phase == "search" and budget.can_afford(n):
+            charge(budget, n, phase)
+
+    return broken_charge
+
+
+class _ChargesTestEvaluation(whale._Driver):
+    """A broken driver: test evaluations are charged to the training budget."""
+
+    def evaluate(self, state, reason):
+        cost = self.config.eval_k * len(self.splits.test)
+        if self.budget.can_afford(cost):
+            self.budget.charge(cost, "test")
+        super().evaluate(state, reason)
+
+
+@pytest.mark.parametrize("broken", ["charges_twice", "charges_test_evaluation"])
+def test_the_ledger_check_fails_when_charging_is_broken(tmp_path, ledger, monkeypatch, broken):
+    import whalekit.budget as budget_module
+
+    if broken == "charges_twice":
+        monkeypatch.setattr(budget_module.RolloutBudget, "charge",
+                            _charges_search_twice(budget_module.RolloutBudget.charge))
+    else:
+        monkeypatch.setattr(whale, "_Driver", _ChargesTestEvaluation)
+    run = run_method(_config(tmp_path, "whale"), policy=load_policy("tiny-random"))
+    assert run.done  # the run itself ends normally: only the ledger shows the bug
+    match = "charged" if broken == "charges_twice" else "test evaluation .* was charged"
+    with pytest.raises(LedgerError, match=match):
+        check_ledger(ledger)
+
+
 def test_a_finished_run_is_reused_not_recomputed(tmp_path, monkeypatch):
     config = _config(tmp_path, "weight_only", budget=32)
     run_method(config, policy=load_policy("tiny-random"))
@@ -140,6 +262,37 @@ def test_a_run_killed_right_after_a_search_evaluation_was_recorded_resumes_to_th
     monkeypatch.setattr(search, "evaluate_candidates", original)
     resumed = run_method(_config(tmp_path / "killed", "whale"), policy=load_policy("tiny-random"))
     assert without_timings(resumed.events()) == without_timings(straight.events())
+
+
+def test_the_driver_commits_a_typed_state_and_resumes_a_schema_1_one_to_the_same_events(tmp_path, monkeypatch):
+    """state.json is a RunState (schema 2); a run killed under the former dict (schema 1)
+    resumes from it to the events of a run never killed."""
+    from whalekit.run_state import SCHEMA_VERSION, RunState
+
+    straight = run_method(_config(tmp_path / "straight", "whale"), policy=load_policy("tiny-random"))
+    assert straight.state()["schema_version"] == SCHEMA_VERSION == 2
+    assert RunState.from_json(straight.state()).finished
+    original, commits = whale._Driver.commit, []
+
+    def dies_after_the_fourth_commit(self, state):
+        assert isinstance(state, RunState)
+        original(self, state)
+        commits.append(state.step)
+        if len(commits) == 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(whale._Driver, "commit", dies_after_the_fourth_commit)
+    killed = _config(tmp_path / "killed", "whale")
+    with pytest.raises(KeyboardInterrupt):
+        run_method(killed, policy=load_policy("tiny-random"))
+    monkeypatch.setattr(whale._Driver, "commit", original)
+    state_path = killed.run_dir / "state.json"
+    old = {**json.loads(state_path.read_text()), "schema_version": 1}  # as the former driver wrote it
+    state_path.write_text(json.dumps(old))
+    assert not RunDir(killed.run_dir).done and commits[-1] > 0
+    resumed = run_method(killed, policy=load_policy("tiny-random"))
+    assert without_timings(resumed.events()) == without_timings(straight.events())
+    assert resumed.state()["schema_version"] == 2
 
 
 _RUN_SCRIPT = """

@@ -167,6 +167,7 @@ def _lockstep(domain: Domain, live: list[_Live], sampler: Sampler, config: Rollo
         params = SamplingParams(config.temperature, config.top_p, _derive_seed(config.seed, config.step, call),
                                 config.top_k)
         call += 1
+        bar.set_postfix_str(f"model call {call}, {len(requests)} sampling")
         completions = sampler.generate(requests, params)
         for item, req, completion in zip(owners, requests, completions):
             _after_generation(item, req, completion)
@@ -333,12 +334,20 @@ def _finish(domain: Domain, item: _Live) -> None:
 
 class _NoBar:
     def update(self, n: int) -> None: ...
+    def set_postfix_str(self, text: str) -> None: ...
     def close(self) -> None: ...
 
 
+# Finished episodes over all, and elapsed time, but no rate or ETA: in lock-step, episodes
+# finish together in bursts, so a rate from the first finisher promises the wrong end.
+BAR_FORMAT = "{desc}: {n_fmt}/{total_fmt} episodes finished [{elapsed}{postfix}]"
+
+
 def _progress(total: int, config: RolloutConfig) -> Any:
-    if not config.progress or total < 2:
+    from whalekit.progress import quiet
+
+    if not config.progress or total < 2 or quiet():
         return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=config.description, unit="ep", leave=False)
+    return tqdm(total=total, desc=config.description, unit="ep", leave=False, bar_format=BAR_FORMAT)

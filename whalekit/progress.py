@@ -14,6 +14,7 @@ and count neither in the rate nor in the remaining work.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +22,18 @@ from pathlib import Path
 from typing import Any
 
 SIGNAL_NAMES = {"weight": "training reward", "harness": "best search score"}
+QUIET_ENV = "WHALEKIT_QUIET"  # "1": no progress bars and no stage lines (the test suite sets it)
+
+
+def quiet() -> bool:
+    """True when progress output is switched off (WHALEKIT_QUIET=1)."""
+    return os.environ.get(QUIET_ENV, "") not in ("", "0")
+
+
+def report(line: str) -> None:
+    """Print a progress line now (flushed), unless quiet."""
+    if not quiet():
+        print(line, flush=True)
 
 
 def format_duration(seconds: float | None) -> str:
@@ -41,14 +54,15 @@ def eta_seconds(done: float, total: float, elapsed_s: float) -> float | None:
 
 
 def stage_line(kind: str, stage: int, rollouts: int, budget: int, signal: float | None, elapsed_s: float,
-               rollouts_at_start: int = 0) -> str:
+               rollouts_at_start: int = 0, unit: str = "rollouts") -> str:
     """One finished stage: kind, rollouts used / budget, its signal (training reward for a
     weight stage, best search score for a harness stage), elapsed and ETA. The rate counts
-    only the rollouts spent since `rollouts_at_start` (where this process resumed)."""
+    only the rollouts spent since `rollouts_at_start` (where this process resumed). `unit`
+    names the work when it is not rollouts (budget.mode weight_steps: weight steps)."""
     share = 100.0 * rollouts / budget if budget else 0.0
     value = "?" if signal is None else f"{signal:.3f}"
     eta = eta_seconds(rollouts - rollouts_at_start, budget - rollouts_at_start, elapsed_s)
-    return (f"{kind} stage {stage} · rollouts {rollouts}/{budget} ({share:.0f} %) · "
+    return (f"{kind} stage {stage} · {unit} {rollouts}/{budget} ({share:.0f} %) · "
             f"{SIGNAL_NAMES.get(kind, 'signal')} {value} · elapsed {format_duration(elapsed_s)} · "
             f"ETA {format_duration(eta)}")
 

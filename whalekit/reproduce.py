@@ -10,7 +10,10 @@ drift apart. Finished runs are reused: the driver skips them, and a domain-run n
 whose run is done and whose figure exists is not executed again.
 
     python -m whalekit.reproduce --preset smoke --domains toy     # minutes, tiny model; figures/smoke/
-    make reproduce                                                 # the cpu preset; figures/
+    make reproduce                                                 # the cpu preset, seeds 0 1 2; figures/
+
+A finished run made by other code or another sampler (config.json's provenance) is
+reported and made again, unless --reuse-foreign-runs keeps it.
 """
 
 from __future__ import annotations
@@ -156,6 +159,58 @@ def reusable(job: Job) -> bool:
                 and all(p.exists() and p.stat().st_size > 0 for p in job.expected))
 
 
+def foreign_runs(jobs: list[Job]) -> list[tuple[Job, list[str]]]:
+    """The jobs whose run directory holds a run (finished or not) made by other code or
+    with another sampler than the current ones, each with how its provenance differs
+    (whalekit.provenance; a run that recorded none counts as foreign)."""
+    from whalekit.provenance import provenance, provenance_changes, recorded_provenance
+    from whalekit.runs import RunDir
+
+    current: dict[str, dict[str, Any]] = {}  # by requested sampler: hashing the package once each
+    found = []
+    for job in jobs:
+        if job.run_dir is None or not RunDir(job.run_dir).config_path.exists():
+            continue
+        requested = str(RunDir(job.run_dir).config().get("sampler", "hf"))  # plan checked the config is current
+        if requested not in current:
+            current[requested] = provenance(requested)
+        changes = provenance_changes(recorded_provenance(job.run_dir), current[requested])
+        if changes:
+            found.append((job, changes))
+    return found
+
+
+def handle_foreign_runs(jobs: list[Job], reuse: bool = False, log: Callable[[str], None] = print,
+                        dry_run: bool = False) -> list[tuple[Job, list[str]]]:
+    """Report every run made by other code or another sampler. Without `reuse` it is
+    re-made: its folder moves to runs_root/foreign-runs/<preset>/<domain>/<run>-<time> (kept,
+    out of the tables' reach) so the job runs again. With `reuse` it is kept and the
+    driver is told to accept it (WHALEKIT_REUSE_FOREIGN_RUNS=1, inherited by the notebooks)."""
+    import shutil
+
+    from whalekit.provenance import REUSE_ENV
+
+    found = foreign_runs(jobs)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for job, changes in found:
+        assert job.run_dir is not None
+        what = f"{job.label}: made by other code or another sampler ({'; '.join(changes)})"
+        if reuse:
+            log(f"{what}; reused (--reuse-foreign-runs)")
+            continue
+        target = job.run_dir.parents[2] / "foreign-runs" / job.run_dir.relative_to(job.run_dir.parents[2])
+        target = target.with_name(f"{target.name}-{stamp}")
+        if dry_run:
+            log(f"{what}; would be re-made (--reuse-foreign-runs keeps it)")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(job.run_dir), str(target))
+        log(f"{what}; re-made, the old run moved to {target} (--reuse-foreign-runs keeps it)")
+    if reuse and found and not dry_run:
+        os.environ[REUSE_ENV] = "1"
+    return found
+
+
 def execute(job: Job, notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3") -> None:
     import papermill
 
@@ -172,20 +227,30 @@ def execute(job: Job, notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3"
 
 
 def run_jobs(jobs: list[Job], notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3",
-             log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Execute the jobs in order, one progress line each; returns and saves the timings."""
+             log: Callable[[str], None] = print, watch_interval_s: float = 5.0) -> list[dict[str, Any]]:
+    """Execute the jobs in order: a line per stage a run finishes (read from its events,
+    the notebook's own output is not shown) and a line per job with the overall share of
+    the work done and an ETA (whalekit.progress); returns and saves the timings."""
+    from whalekit.progress import OverallProgress, RunWatcher, job_costs
+
+    overall = OverallProgress(job_costs(jobs))
     timings = []
-    for number, job in enumerate(jobs, 1):
+    for index, job in enumerate(jobs):
         started = time.perf_counter()
         reused = reusable(job)
         if not reused:
-            execute(job, notebook_dir, kernel)
+            with RunWatcher(job.run_dir, _prefixed(log, f"  {job.label}: "), watch_interval_s):
+                execute(job, notebook_dir, kernel)
         wall = time.perf_counter() - started
         timings.append({"notebook": job.notebook, "label": job.label, "wall_s": round(wall, 1), "reused": reused})
-        log(f"[{number}/{len(jobs)}] {job.label}: {'reused (run finished)' if reused else f'{wall:.1f} s'}")
+        log(overall.finish(index, job.label, wall, reused))
     if jobs:
         write_timings(timings, jobs[0].output.parent)
     return timings
+
+
+def _prefixed(log: Callable[[str], None], prefix: str) -> Callable[[str], None]:
+    return lambda line: log(prefix + line)
 
 
 def write_timings(timings: list[dict[str, Any]], folder: Path) -> Path:
@@ -209,7 +274,11 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: figures/ for the cpu preset, figures/<preset>/ for any other)")
     parser.add_argument("--domains", nargs="*", help="default: the preset's domains except toy")
     parser.add_argument("--methods", nargs="*", help=f"default: all ({', '.join(METHODS)})")
-    parser.add_argument("--seeds", nargs="*", type=int, default=[0])
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2],
+                        help="run seeds (default: 0 1 2; every table interval is over seeds x test problems)")
+    parser.add_argument("--reuse-foreign-runs", action="store_true",
+                        help="keep finished runs made by other code or another sampler (always reported); "
+                             "without it they are made again")
     parser.add_argument("--no-grid", action="store_true", help="leave out the schedule grid's runs and notebook")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel that executes the notebooks")
     parser.add_argument("--dry-run", action="store_true", help="list the notebook executions and stop")
@@ -219,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         for job in jobs:
             print(job.label, json.dumps(job.parameters))
+        handle_foreign_runs(jobs, args.reuse_foreign_runs, log=lambda line: print(line, file=sys.stderr),
+                            dry_run=True)
         return 0
+    handle_foreign_runs(jobs, args.reuse_foreign_runs, log=lambda line: print(line, flush=True))
     started = time.perf_counter()
     run_jobs(jobs, kernel=args.kernel, log=lambda line: print(line, flush=True))
     figures = jobs[0].parameters["figures"]

@@ -312,8 +312,8 @@ class RSFTTrainer:
         t0 = time.perf_counter()
         trajectories = rollout(self.domain, episodes, self.sampler, RolloutConfig(
             temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, seed=cfg.seed, step=self.state.batches,
-            progress=False,
-            max_context_tokens=cfg.max_context_tokens, description="rsft"), policy_version=version)
+            max_context_tokens=cfg.max_context_tokens, description=f"rsft batch {self.state.batches + 1}"),
+            policy_version=version)
         sample_seconds = time.perf_counter() - t0
         self.last_trajectories = trajectories
         accepted = [t for t in trajectories if t.correct]

@@ -1,9 +1,9 @@
 """The driver's committed run state (state.json) as a typed, versioned record instead of
 a dict of loose keys: what a killed run resumes from.
 
-Schema 2 is this dataclass; schema 1 was the driver's plain dict (`fresh_state` in
-whale.py, plus `events_committed` that `RunDir.commit` adds), which `from_json` still
-reads, so runs made before the switch resume and count as finished.
+Schema 2 is this dataclass, what whale.py's driver commits and resumes from; schema 1
+was the driver's former plain dict (plus `events_committed` that `RunDir.commit` adds),
+which `from_json` still reads, so runs made before the switch resume and count as finished.
 
     state = RunState.fresh(accepted_id=seed_id)
     run.commit(state.to_json()); RunState.from_json(run.state())
@@ -21,7 +21,7 @@ READABLE_VERSIONS = (1, 2)
 
 @dataclass
 class RunState:
-    accepted_id: str | None = None  # the harness every rollout of the current step uses
+    accepted_id: str = ""  # the harness every rollout of the current step uses ("" only before a run starts)
     step: int = 0  # phase steps done (one RSFT batch or one search iteration each)
     stage: dict[str, Any] | None = None  # the running stage (schedules.Stage as a dict); None between stages
     stage_steps: int = 0  # steps done in the running stage
@@ -53,6 +53,11 @@ class RunState:
     def fresh(cls, accepted_id: str, now: float | None = None) -> RunState:
         """The state of a run about to start: h0 accepted, nothing done."""
         return cls(accepted_id=accepted_id, started=time.time() if now is None else now)
+
+    def begin_stage(self, stage: dict[str, Any], rollouts_spent: int) -> None:
+        """Start the stage `stage` (schedules.Stage as a dict) with `rollouts_spent` spent so far."""
+        self.stage, self.stage_steps, self.stage_problems = dict(stage), 0, 0
+        self.stage_signals, self.stage_rollouts_start = [], rollouts_spent
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

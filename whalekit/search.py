@@ -83,7 +83,7 @@ def evaluate_candidates(domain: Domain, archive: Archive, candidate_ids: list[st
         trajectories = rollout(domain, episodes, sampler, RolloutConfig(
             temperature=config.temperature, top_p=config.top_p, top_k=config.top_k, seed=seed, step=step,
             max_context_tokens=config.max_context_tokens,
-            progress=False, description="search"), policy_version=weights_version)
+            description=f"search: {len(candidate_ids)} candidates"), policy_version=weights_version)
     finally:
         for runtime in runtimes.values():
             if isinstance(runtime, IsolatedHarness):

@@ -27,6 +27,7 @@ from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.episode import harness_id
 from whalekit.presets import load_preset, missing_data_files
 from whalekit.rsft import RSFTConfig
+from whalekit.run_state import RunState
 from whalekit.runs import RunDir
 from whalekit.schedules import AdaptiveConfig, Schedule, Stage, StageRecord, parse_schedule, should_switch, window_means
 from whalekit.search import SearchConfig
@@ -252,8 +253,9 @@ class _Driver:
         self.schedule = Schedule(config.method, epochs, iterations, config.stagewise_split, config.adaptive,
                                  config.search.count_incoming)
         self._runtimes: dict[str, Any] = {}
+        self._resumed_at: tuple[int, float] = (0, time.monotonic())  # (work done, when) as this process began
 
-    def open_archive(self, state: dict[str, Any]) -> Any:
+    def open_archive(self, state: RunState) -> Any:
         """The archive this harness stage searches. `run` scope: the run's one archive.
         `round` scope: a fresh archive per harness phase (a phase starts after every weight
         stage; harness_only has one), seeded with the incoming harness."""
@@ -261,11 +263,11 @@ class _Driver:
 
         if self.config.search.archive_scope == "run":
             return self.archive
-        phase = sum(1 for h in state["history"] if h["kind"] == "weight")
+        phase = sum(1 for h in state.history if h["kind"] == "weight")
         root = round_folder(self.archive_root, phase)
         if self.archive is None or self.archive.root != root:
             self.archive = Archive.open(root, self.domain.name)
-            self.archive.ensure_seed(self.source(state["accepted_id"]), hypothesis="the incoming harness")
+            self.archive.ensure_seed(self.source(state.accepted_id), hypothesis="the incoming harness")
         return self.archive
 
     def source(self, candidate_id: str) -> str:
@@ -306,17 +308,11 @@ class _Driver:
             self.backend.close()
 
     # -- state ----------------------------------------------------------------------------
-    def fresh_state(self) -> dict[str, Any]:
-        return {"schema_version": 1, "step": 0, "stage": None, "stage_steps": 0, "stage_problems": 0,
-                "stage_signals": [], "stage_rollouts_start": 0, "history": [], "accepted_id": self.seed_id,
-                "evaluations": 0, "checkpoint": None, "stalled": 0, "finished": False, "started": time.time(),
-                "search_rollouts": 0, "search_iterations": 0}
-
     def budget_total(self) -> int | None:
         """The rollout budget (None in weight_steps mode, where rollouts are counted, not capped)."""
         return self.budget.total if self.config.budget.mode == "rollouts" else None
 
-    def budget_left(self, state: dict[str, Any]) -> bool:
+    def budget_left(self, state: RunState) -> bool:
         """rollouts mode: rollouts remain. weight_steps mode: RSFT batches remain (harness_only:
         proposer iterations), so a run ends after its last weight stage, as the authors' did."""
         if self.config.budget.mode == "rollouts":
@@ -329,15 +325,15 @@ class _Driver:
             return True
         return self.trainer is not None and self.trainer.state.batches < self.config.budget.weight_steps
 
-    def search_iterations_left(self, state: dict[str, Any]) -> bool:
+    def search_iterations_left(self, state: RunState) -> bool:
         """weight_steps mode: proposer iterations remain for a method whose search is capped."""
         if self.config.budget.mode == "rollouts":
             return True
         return self.config.method in SEARCH_CAPPED and \
-            state.get("search_iterations", 0) < self.config.budget.search_iterations
+            state.search_iterations < self.config.budget.search_iterations
 
-    def next_stage(self, state: dict[str, Any]) -> Stage:
-        history = [StageRecord(**h) for h in state["history"]]
+    def next_stage(self, state: RunState) -> Stage:
+        history = [StageRecord(**h) for h in state.history]
         if self.config.budget.mode == "weight_steps" and self.config.method in ("stagewise", "stagewise_reverse"):
             # Equal weight steps: the whole weight budget in one phase, the search's in the other.
             weight = Stage("weight", epochs=self.schedule.epochs)
@@ -364,46 +360,72 @@ class _Driver:
         self.budget.spent = spent_rsft + search_rollouts
         self.budget.by_phase = {"rsft": spent_rsft, "search": search_rollouts}
 
-    def commit(self, state: dict[str, Any]) -> None:
-        self.run.commit(state)
-        keep = state.get("checkpoint")
+    def commit(self, state: RunState) -> None:
+        self.run.commit(state.to_json())
+        keep = state.checkpoint
         folder = self.run.root / "checkpoints"
         if folder.exists():
             for old in folder.iterdir():
                 if str(old) != keep:
                     shutil.rmtree(old, ignore_errors=True)
 
+    def work_done(self, state: RunState) -> tuple[int, int, str]:
+        """(done, total, unit) of the run's work: rollouts against the budget, or in
+        weight_steps mode (rollouts uncapped) weight steps, or harness_only's search iterations."""
+        if self.config.budget.mode == "rollouts":
+            return self.budget.spent, self.budget.total, "rollouts"
+        if self.trainer is not None:
+            return self.trainer.state.batches, self.config.budget.weight_steps, "weight steps"
+        return state.search_iterations, self.config.budget.search_iterations, "search iterations"
+
+    def report_stage(self, state: RunState, kind: str) -> None:
+        """One line for the stage just finished: kind, work done / total, its signal (the
+        training reward window, as rsft_batch logs it, or the best search score), elapsed
+        and ETA at the rate measured since this process began (or resumed) the run."""
+        from whalekit.progress import report, stage_line
+
+        signal: float | None = None
+        if kind == "harness" and state.stage_signals:
+            signal = state.stage_signals[-1]
+        elif kind == "weight" and self.trainer is not None and self.trainer.state.rewards:
+            window = self.trainer.state.rewards[-self.config.rsft.reward_window:]
+            signal = sum(window) / len(window)
+        done, total, unit = self.work_done(state)
+        done_at_start, started = self._resumed_at
+        report(stage_line(kind, len(state.history) - 1, done, total, signal, time.monotonic() - started,
+                          done_at_start, unit=unit))
+
     # -- steps ----------------------------------------------------------------------------
-    def evaluate(self, state: dict[str, Any], reason: str) -> None:
+    def evaluate(self, state: RunState, reason: str) -> None:
         started = time.perf_counter()
-        index = state["evaluations"]
-        trajectories = evaluate_test(self.domain, self.runtime(state["accepted_id"]), self.sampler, self.splits.test,
+        index = state.evaluations
+        trajectories = evaluate_test(self.domain, self.runtime(state.accepted_id), self.sampler, self.splits.test,
                                      self.config.eval_k, self.config.eval_temperature, self.config.seed, index,
                                      self.config.eval_top_p, self.config.eval_top_k)
         self.run.write_trajectories(f"eval-{index:03d}", trajectories)
         self.run.log("test_eval", index=index, reason=reason, rollouts=self.budget.spent,
-                     weights_version=self.sampler.version, accepted_id=state["accepted_id"], k=self.config.eval_k,
-                     n_tasks=len(self.splits.test), stages_done=len(state["history"]),
+                     weights_version=self.sampler.version, accepted_id=state.accepted_id, k=self.config.eval_k,
+                     n_tasks=len(self.splits.test), stages_done=len(state.history),
                      wall_s=time.perf_counter() - started, **mean_at_k(trajectories, self.domain))
-        state["evaluations"] = index + 1
+        state.evaluations = index + 1
 
-    def weight_step(self, state: dict[str, Any], stage: Stage) -> bool:
+    def weight_step(self, state: RunState, stage: Stage) -> bool:
         assert self.trainer is not None
         goal = round(stage.epochs * len(self.splits.train)) if not stage.adaptive else None
-        left = self.config.rsft.batch_problems if goal is None else goal - state["stage_problems"]
+        left = self.config.rsft.batch_problems if goal is None else goal - state.stage_problems
         n = min(left, self.config.rsft.batch_problems, self.budget.remaining // self.config.rsft.samples_per_problem)
         if n <= 0 or not self.weight_steps_left():
             return False
-        record = self.trainer.step(self.runtime(state["accepted_id"]), n)
+        record = self.trainer.step(self.runtime(state.accepted_id), n)
         checkpoint = self.run.root / "checkpoints" / f"rsft-{self.trainer.state.batches:05d}"
         self.trainer.save_checkpoint(checkpoint)
-        state["checkpoint"] = str(checkpoint)
-        state["stage_problems"] += n
-        state["stage_signals"].append(record.reward)  # the adaptive rule windows these per stage
-        self.run.log("rsft_batch", phase_step=state["step"], rollouts=self.budget.spent, **asdict(record))
+        state.checkpoint = str(checkpoint)
+        state.stage_problems += n
+        state.stage_signals.append(record.reward)  # the adaptive rule windows these per stage
+        self.run.log("rsft_batch", phase_step=state.step, rollouts=self.budget.spent, **asdict(record))
         return True
 
-    def harness_step(self, state: dict[str, Any]) -> bool:
+    def harness_step(self, state: RunState) -> bool:
         from whalekit.search import run_search_stage
 
         if self.budget.remaining < len(self.splits.search):
@@ -411,62 +433,62 @@ class _Driver:
         if self.config.budget.mode == "weight_steps" and self.config.method in SEARCH_CAPPED \
                 and not self.search_iterations_left(state):
             return False
-        before = state["search_rollouts"]  # as committed before this step began
+        before = state.search_rollouts  # as committed before this step began
         self.open_archive(state)
         self.restore_budget(self.archive_rollouts())
         one = dataclasses.replace(self.config.search, iterations=1)
         # A proposer per iteration, seeded by the step: a resumed run proposes what an
         # uninterrupted one would have.
-        proposer = self._make_proposer(state["step"])
+        proposer = self._make_proposer(state.step)
         accepted = run_search_stage(self.domain, self.archive, proposer, self.sampler, self.splits.search,
                                     self.budget, one, weights_version=self.sampler.version, seed=self.config.seed,
-                                    step=state["step"])
+                                    step=state.step)
         # The archive is the durable record of what search sampled, including evaluations a
         # killed attempt at this very step had already written.
-        state["search_rollouts"] = self.archive_rollouts()
-        self.restore_budget(state["search_rollouts"])
-        if state["search_rollouts"] == before:
+        state.search_rollouts = self.archive_rollouts()
+        self.restore_budget(state.search_rollouts)
+        if state.search_rollouts == before:
             return False
-        state["accepted_id"] = accepted
-        state["search_iterations"] = state.get("search_iterations", 0) + 1
+        state.accepted_id = accepted
+        state.search_iterations = state.search_iterations + 1
         board = self.archive.leaderboard(self.sampler.version)
         best = board[0][1] if board else 0.0
-        state["stage_signals"].append(best)
-        self.run.log("search_iteration", phase_step=state["step"], rollouts=self.budget.spent,
+        state.stage_signals.append(best)
+        self.run.log("search_iteration", phase_step=state.step, rollouts=self.budget.spent,
                      weights_version=self.sampler.version, accepted_id=accepted, best_score=best,
                      accepted_score=self.archive.entry(accepted).score(self.sampler.version),
                      archive_size=len(self.archive))
         return True
 
-    def stage_finished(self, state: dict[str, Any], stage: Stage) -> bool:
+    def stage_finished(self, state: RunState, stage: Stage) -> bool:
         if stage.adaptive:
             cfg = self.config.adaptive
             if stage.kind == "harness":
-                return should_switch(state["stage_signals"], cfg.min_search_iterations, cfg.search_patience,
+                return should_switch(state.stage_signals, cfg.min_search_iterations, cfg.search_patience,
                                      cfg.max_search_iterations)
             # Weight stages: the per-batch training reward, averaged over a sliding window
             # of this stage's batches (the authors' phase-local window).
             batches = lambda epochs: cfg.weight_batches(epochs, len(self.splits.train),  # noqa: E731
                                                         self.config.rsft.batch_problems)
-            signals = window_means(state["stage_signals"], batches(cfg.weight_window_epochs))
+            signals = window_means(state.stage_signals, batches(cfg.weight_window_epochs))
             return should_switch(signals, batches(cfg.min_weight_epochs), batches(cfg.weight_patience_epochs),
                                  batches(cfg.max_weight_epochs))
         if stage.kind == "weight":
-            return state["stage_problems"] >= round(stage.epochs * len(self.splits.train))
-        return state["stage_steps"] >= stage.iterations
+            return state.stage_problems >= round(stage.epochs * len(self.splits.train))
+        return state.stage_steps >= stage.iterations
 
     # -- the loop -------------------------------------------------------------------------
     def execute(self) -> RunDir:
-        state = self.run.state()
-        if state and state.get("finished"):
+        committed = self.run.state()
+        state = RunState.from_json(committed) if committed else RunState.fresh(self.seed_id)
+        if state.finished:
             return self.run
-        if state:
+        if committed:
             self.run.roll_back_uncommitted_events()
-            if self.trainer is not None and state["checkpoint"]:
-                self.trainer.load_checkpoint(Path(state["checkpoint"]))
-            self.restore_budget(state["search_rollouts"])
+            if self.trainer is not None and state.checkpoint:
+                self.trainer.load_checkpoint(Path(state.checkpoint))
+            self.restore_budget(state.search_rollouts)
         else:
-            state = self.fresh_state()
             self.run.events_path.unlink(missing_ok=True)  # a start killed before its first commit
             from whalekit.provenance import provenance
 
@@ -478,37 +500,39 @@ class _Driver:
                          n_train=len(self.splits.train), n_search=len(self.splits.search), n_test=len(self.splits.test))
             self.evaluate(state, "initial")
             self.commit(state)
+        self._resumed_at = (self.work_done(state)[0], time.monotonic())  # the stage lines' rate starts here
         try:
-            while state["stalled"] < 2 and self.budget_left(state):
-                if state["stage"] is None:
-                    history = state["history"]
+            while state.stalled < 2 and self.budget_left(state):
+                if state.stage is None:
+                    history = state.history
                     stage = self.next_stage(state)
-                    state.update(stage=asdict(stage), stage_steps=0, stage_problems=0, stage_signals=[],
-                                 stage_rollouts_start=self.budget.spent)
+                    state.begin_stage(asdict(stage), self.budget.spent)
                     self.run.log("stage_start", kind=stage.kind, stage=len(history), rollouts=self.budget.spent,
                                  epochs=stage.epochs, iterations=stage.iterations, adaptive=stage.adaptive)
-                stage = Stage(**state["stage"])
+                assert state.stage is not None
+                stage = Stage(**state.stage)
                 progressed = self.weight_step(state, stage) if stage.kind == "weight" else self.harness_step(state)
                 if progressed:
-                    state["stage_steps"] += 1
-                    state["step"] += 1
+                    state.stage_steps += 1
+                    state.step += 1
                 if not progressed or self.stage_finished(state, stage):
-                    rollouts = self.budget.spent - state["stage_rollouts_start"]
-                    state["history"].append({"kind": stage.kind, "rollouts": rollouts, "steps": state["stage_steps"]})
-                    state["stalled"] = 0 if state["stage_steps"] else state["stalled"] + 1
-                    self.run.log("stage_end", kind=stage.kind, stage=len(state["history"]) - 1,
-                                 rollouts=self.budget.spent, steps=state["stage_steps"], stage_rollouts=rollouts)
-                    if state["stage_steps"]:
+                    rollouts = self.budget.spent - state.stage_rollouts_start
+                    state.history.append({"kind": stage.kind, "rollouts": rollouts, "steps": state.stage_steps})
+                    state.stalled = 0 if state.stage_steps else state.stalled + 1
+                    self.run.log("stage_end", kind=stage.kind, stage=len(state.history) - 1,
+                                 rollouts=self.budget.spent, steps=state.stage_steps, stage_rollouts=rollouts)
+                    self.report_stage(state, stage.kind)
+                    if state.stage_steps:
                         self.evaluate(state, f"after {stage.kind} stage")
-                    state["stage"] = None
+                    state.stage = None
                 self.commit(state)
             evals = self.run.events("test_eval")
             best = max(evals, key=lambda e: e["mean_at_k"])
             self.run.log("run_end", rollouts=self.budget.spent, budget=self.budget_total(),
                          best_mean_at_k=best["mean_at_k"], best_at_rollouts=best["rollouts"],
-                         final_mean_at_k=evals[-1]["mean_at_k"], accepted_id=state["accepted_id"],
-                         by_phase=self.budget.by_phase, wall_s=time.time() - state["started"])
-            state["finished"] = True
+                         final_mean_at_k=evals[-1]["mean_at_k"], accepted_id=state.accepted_id,
+                         by_phase=self.budget.by_phase, wall_s=time.time() - state.started)
+            state.finished = True
             self.commit(state)
         finally:
             self.close()

@@ -1,0 +1,120 @@
+"""`make reproduce`: three seeds by default, overall progress with an ETA and a line per
+finished stage while it works, and finished runs made by other code or another sampler
+reported and made again unless --reuse-foreign-runs keeps them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from run_fixtures import write_run
+
+from whalekit import provenance as prov
+from whalekit import reproduce
+from whalekit.runs import RunDir
+
+
+def _plan(tmp_path: Path, methods=("whale", "weight_only")) -> list[reproduce.Job]:
+    return reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"], methods=list(methods),
+                          grid=False)
+
+
+def _run_for(job: reproduce.Job, block: dict | None) -> RunDir:
+    """A finished run where `job` expects it, with `block` as its provenance (None: none recorded)."""
+    p = job.parameters
+    run = write_run(Path(p["runs_root"]), p["method"], [0.25, 0.5, 0.75], seed=p["seed"])
+    assert run.root == job.run_dir
+    if block is not None:
+        run.write_config({**run.config(), "provenance": block})
+    return run
+
+
+def test_the_command_line_runs_three_seeds_by_default(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert reproduce.main(["--preset", "smoke", "--domains", "toy", "--methods", "whale", "--no-grid",
+                           "--dry-run"]) == 0
+    parameters = [json.loads(line[line.index("{"):]) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(p["seed"] for p in parameters if "seed" in p) == [0, 1, 2]
+
+
+def test_foreign_runs_are_reported_and_made_again_unless_the_flag_keeps_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(prov.REUSE_ENV, "0")  # restored after the test whatever main sets
+    jobs = _plan(tmp_path)
+    whale, weight_only = [job for job in jobs if job.run_dir is not None]
+    current = prov.provenance("hf")
+    _run_for(whale, current)  # same code, same sampler
+    _run_for(weight_only, {**current, "sampler": "vllm"})
+    executed: list[list[reproduce.Job]] = []
+    monkeypatch.setattr(reproduce, "run_jobs", lambda jobs, **kwargs: executed.append(jobs) or [])
+    argv = ["--preset", "smoke", "--runs-root", "runs", "--figures", "figures", "--domains", "toy", "--methods",
+            "whale", "weight_only", "--no-grid", "--seeds", "0"]
+
+    assert reproduce.main([*argv, "--reuse-foreign-runs"]) == 0
+    out = capsys.readouterr().out
+    assert "weight_only-s0: made by other code or another sampler (sampler: 'vllm' -> 'hf'); reused" in out
+    assert "whale-" not in out.split("done in")[0]  # the run of the current code is not reported
+    assert RunDir(weight_only.run_dir).done and os.environ[prov.REUSE_ENV] == "1"
+
+    monkeypatch.setenv(prov.REUSE_ENV, "0")
+    assert reproduce.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "weight_only-s0: made by other code or another sampler (sampler: 'vllm' -> 'hf'); re-made" in out
+    assert not weight_only.run_dir.exists() and RunDir(whale.run_dir).done  # re-made; the current one kept
+    moved = list((tmp_path / "runs" / "foreign-runs" / "smoke" / "toy").iterdir())
+    assert len(moved) == 1 and moved[0].name.startswith("weight_only-s0-") and RunDir(moved[0]).done
+    assert not reproduce.reusable(weight_only) and os.environ[prov.REUSE_ENV] == "0"
+    assert len(executed) == 2
+
+
+def test_a_run_without_provenance_or_of_other_code_is_foreign(tmp_path):
+    jobs = _plan(tmp_path)
+    whale, weight_only = [job for job in jobs if job.run_dir is not None]
+    _run_for(whale, None)
+    _run_for(weight_only, {**prov.provenance("hf"), "source_sha256": "0" * 64})
+    found = dict((job.label, changes) for job, changes in reproduce.foreign_runs(jobs))
+    assert found[whale.label] == ["provenance: not recorded (the run predates it)"]
+    assert found[weight_only.label][0].startswith("source_sha256: '0000")
+    lines: list[str] = []
+    reproduce.handle_foreign_runs(jobs, log=lines.append, dry_run=True)  # --dry-run: reported, nothing moved
+    assert len(lines) == 2 and all("would be re-made" in line for line in lines)
+    assert RunDir(whale.run_dir).done and RunDir(weight_only.run_dir).done
+
+
+def test_run_jobs_prints_stage_lines_and_overall_progress_with_an_eta(tmp_path, monkeypatch):
+    jobs = _plan(tmp_path)
+
+    def fake_execute(job, notebook_dir, kernel):  # what the notebook would leave behind, without a kernel
+        if job.run_dir is not None:
+            _run_for(job, prov.provenance("hf"))
+        for path in [*job.expected, job.output]:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("x")
+
+    monkeypatch.setattr(reproduce, "execute", fake_execute)
+    lines: list[str] = []
+    reproduce.run_jobs(jobs, log=lines.append, watch_interval_s=0.01)
+    overall = [line for line in lines if line.startswith("[")]
+    assert [line.split("]")[0] for line in overall] == [f"[{i}/{len(jobs)}" for i in range(1, len(jobs) + 1)]
+    assert all(" · elapsed " in line and " · ETA " in line for line in overall)
+    assert overall[-1].endswith("ETA 0:00") and "100 % of the work" in overall[-1]
+    run_jobs = [job for job in jobs if job.run_dir is not None]
+    for job in run_jobs:  # write_run's two stages, reported under the job's label
+        stage_lines = [line for line in lines if line.startswith(f"  {job.label}: ")]
+        assert [line.split(": ", 1)[1].split(" · ")[0] for line in stage_lines] == ["weight stage 0",
+                                                                                     "harness stage 1"]
+    again: list[str] = []
+    reproduce.run_jobs(jobs, log=again.append, watch_interval_s=0.01)
+    assert sum("reused (run finished)" in line for line in again) == len(run_jobs)
+    assert not any(line.startswith("  ") for line in again)  # a reused run is not watched
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_a_run_of_the_current_code_is_never_reported(tmp_path, reuse):
+    jobs = _plan(tmp_path, methods=["whale"])
+    [job] = [j for j in jobs if j.run_dir is not None]
+    _run_for(job, prov.provenance("hf"))
+    lines: list[str] = []
+    assert reproduce.handle_foreign_runs(jobs, reuse=reuse, log=lines.append) == [] and lines == []
