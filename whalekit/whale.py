@@ -115,7 +115,8 @@ class RunConfig:
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.runs_root) / self.preset / self.domain / self.run_name
+        # a preset file (path/to/mine.yaml) files its runs under its name (mine), as a named preset does
+        return Path(self.runs_root) / Path(self.preset).stem / self.domain / self.run_name
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
