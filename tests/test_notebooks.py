@@ -10,13 +10,13 @@ import nbformat
 import pytest
 
 from whalekit import reproduce
-from whalekit.reproduce import ANALYSIS, DOMAIN_RUN, NOTEBOOK_DIR, NOTEBOOKS, QUICKSTART
+from whalekit.reproduce import ANALYSIS, DOMAIN_RUN, NOTEBOOK_DIR, NOTEBOOKS, QUICKSTART, TUTORIALS
 
 NOTEBOOK_FILES = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 
 
-def test_the_notebook_list_is_exactly_the_sequence_reproduce_runs():
-    assert [p.stem for p in NOTEBOOK_FILES] == sorted(NOTEBOOKS)
+def test_the_notebook_list_is_exactly_the_sequence_reproduce_runs_plus_the_tutorials():
+    assert [p.stem for p in NOTEBOOK_FILES] == sorted(NOTEBOOKS + TUTORIALS)
 
 
 @pytest.mark.parametrize("path", NOTEBOOK_FILES, ids=lambda p: p.stem)
@@ -94,3 +94,24 @@ def test_every_notebook_executes_under_the_smoke_preset_and_writes_its_outputs(t
     # a second pass reuses every finished run instead of recomputing it
     again = reproduce.run_jobs(jobs)
     assert all(t["reused"] for t in again if t["notebook"] == DOMAIN_RUN)
+
+
+@pytest.mark.timeout(1200)  # about 15 s with the tiny model: part of `make test-fast`
+def test_the_custom_domain_notebook_builds_a_domain_outside_whalekit_and_runs_whale_on_it(tmp_path):
+    from whalekit.archive import Archive, archive_folders
+    from whalekit.runs import RunDir
+
+    figures = tmp_path / "figures"
+    parameters = {"preset": "smoke", "model": "tiny-random", "runs_root": str(tmp_path / "runs"),
+                  "figures": str(figures), "budget": 48, "n_train": 8, "n_search": 8, "n_test": 4}
+    job = reproduce.Job(TUTORIALS[0], parameters, tmp_path / "executed" / f"{TUTORIALS[0]}.ipynb",
+                        [figures / "08_units_whale.png", figures / "08_units_whale.pdf"])
+    reproduce.execute(job)  # raises on a failing cell or a missing figure
+    run = RunDir(tmp_path / "runs" / "units_smoke" / "units" / "whale-0.5,2-s0")
+    assert run.done and run.config()["model"] == "tiny-random"
+    assert {e["kind"] for e in run.events("stage_end") if e["steps"]} == {"weight", "harness"}
+    proposals = [e for folder in archive_folders(run.root / "archive") for e in Archive.open(folder, "units").entries()
+                 if e.parent_ids]
+    assert proposals, "the harness phase proposed nothing from the notebook's mechanisms"
+    executed = nbformat.read(job.output, as_version=4)
+    assert not [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]

@@ -133,7 +133,9 @@ def test_absent_runs_are_drawn_as_absent_never_as_zero(with_absent_runs):
     assert tables.paired_comparison(with_absent_runs, "smoke")["chess"].iloc[0] == tables.ABSENT
     fig = plots.accuracy_bars_figure(tables.main_runs(with_absent_runs, "smoke"))
     ax = fig.axes[0]
-    assert sum(t.get_text() == "no run" for t in ax.texts) == 3  # adaptive, weights only, stagewise on chess
+    assert sum(t.get_text() == "not run" for t in ax.texts) == 3  # adaptive, weights only, stagewise on chess
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == 3 and all(p.get_label() == "not run" for p in hatched)
     heights = [p.get_height() for c in ax.containers if isinstance(c, BarContainer) for p in c.patches]
     assert len(heights) == 5  # four methods on toy, WHALE on chess: no zero-height stand-ins
 
@@ -191,9 +193,9 @@ def test_axes_carry_units_and_figures_say_which_number_they_show(runs_root):
     assert plots.accuracy_bars_figure(main).axes[0].get_title().startswith("final test mean@2")
     assert "selected on test" in plots.best_accuracy_figure(main).axes[0].get_title()
     bottleneck = plots.bottleneck_figure(main)
-    labels = {a.get_title(): a.get_ylabel() for a in bottleneck.axes}
-    assert labels["answered"] == "answered (% of test samples)"
-    assert labels["turns"] == "turns (mean per sample)"
+    labels = {a.get_title(): a.get_ylabel() for a in bottleneck.axes}  # the metric on top, its unit beside the axis
+    assert labels["answered"] == "% of test samples"
+    assert labels["turns"] == "mean per sample"
 
 
 def test_bottleneck_marks_each_methods_best_accuracy_rollout(runs_root):
@@ -287,3 +289,53 @@ def test_the_overlap_check_finds_overlapping_text():
     ax.text(0.5, 0.5, "one label")
     ax.text(0.5, 0.5, "another label")
     assert plots.overlapping_texts(fig) == [("one label", "another label")]
+
+
+def test_a_metrics_unit_follows_its_kind_not_its_values(tmp_path):
+    """turns is a count in every domain: a mean of 1.0 turn is "mean per sample", never 100 %."""
+    run = tables.load_run(write_run(tmp_path, "whale", [0.25]).root)  # one evaluation: turns = 1.0, answered 0.5
+    assert plots.behaviour_units([run]) == {"answered": "% of test samples", "turns": "mean per sample"}
+    chess = tables.load_run(write_run(tmp_path, "whale", [0.5], domain="chess").root)
+    assert plots.behaviour_units([chess])["turns"] == "mean per sample"
+
+
+def test_constant_behaviour_panels_are_left_out_and_named(tmp_path):
+    write_run(tmp_path, "whale", [0.75, 0.75, 1.0])  # answered = min(1, accuracy + 0.25) = 100 % throughout
+    fig = plots.bottleneck_figure(tables.main_runs(tmp_path, "smoke"))
+    assert [ax.get_title() for ax in fig.axes] == ["turns"]
+    assert "constant in every run, not drawn: answered = 100 %" in fig.get_suptitle()
+
+
+def test_behaviour_lines_are_the_mean_over_seeds_with_a_band(runs_root):
+    whale = [r for r in tables.main_runs(runs_root, "smoke") if r.method == "whale"]
+    xs, curve = plots.behaviour_curve(whale, "turns")
+    assert xs == [0, 32, 64] and [c.mean for c in curve] == [1.0, 2.0, 3.0] and curve[0].n_seeds == 2
+    ax = plots.bottleneck_figure(whale, ["answered"]).axes[0]
+    line = next(line for line in ax.get_lines() if line.get_label() == "WHALE")
+    # answered: seed 0 50, 100, 75 %; seed 1 75, 50, 100 %
+    assert list(line.get_ydata()) == [62.5, 75.0, 87.5] and len(ax.collections) == 1
+    assert "band: 95 % interval over seeds" in ax.figure.get_suptitle()
+
+
+def test_the_lineage_colour_scale_is_fitted_to_the_scores(runs_root):
+    assert plots.fitted_range([3.0, 17.5]) == (0.0, 20.0)
+    assert plots.fitted_range([40.0, 41.0]) == (40.0, 45.0)
+    assert plots.fitted_range([50.0]) == (47.5, 52.5)
+    archive = Archive.open(runs_root / "smoke" / "toy" / "whale-0.5,2-s0" / "archive", "toy")
+    (points,) = [c for c in plots.lineage_figure(archive).axes[0].collections if c.get_array() is not None]
+    assert points.get_clim() == plots.fitted_range([100 * e.scores[max(e.scores)]["score"]
+                                                    for e in archive.entries() if e.scores])
+
+
+def test_figure_2_names_the_methods_a_domain_never_ran(with_absent_runs):
+    fig = plots.accuracy_curve_figure(tables.main_runs(with_absent_runs, "smoke"))
+    titles = {ax.get_title().split("\n")[0]: ax.get_title() for ax in fig.axes}
+    assert " ".join(titles["chess"].split()) == "chess not run: WHALE (adaptive), weights only, stagewise (W→H)"
+    assert titles["toy"] == "toy"
+
+
+def test_every_figure_uses_constrained_layout(with_absent_runs):
+    main = tables.main_runs(with_absent_runs, "smoke")
+    for name, fig in _every_figure(with_absent_runs, main).items():
+        assert fig.get_layout_engine().__class__.__name__ == "ConstrainedLayoutEngine", name
+        plt.close(fig)

@@ -21,6 +21,7 @@ _LAZY = {
     "get_domain": "whalekit.domains.base",
     "register_domain": "whalekit.domains.base",
     "Domain": "whalekit.domains.base",
+    "SimpleDomain": "whalekit.domains.simple",
     "Splits": "whalekit.domains.base",
     "Toolbox": "whalekit.domains.base",
     "Verdict": "whalekit.domains.base",

@@ -10,13 +10,19 @@ and `save_figure` writes it as PNG and PDF.
 
 Every figure says which of a run's numbers it shows (final, selected by the run's own
 signal, or best over evaluations = selected on test), draws h0 with the initial weights
-beside the methods, marks a missing run as missing (never as 0), and places its text so
-that no two labels overlap (`overlapping_texts` checks).
+beside the methods, marks a run never made as "not run" (hatched bars, a panel note; never
+as 0), draws 95 % bootstrap intervals (whalekit.stats) over seeds and test problems, gives a
+behaviour metric the unit of its kind in every domain (a yes/no flag in % of samples, a
+count as a mean per sample), leaves out constant panels and names them, fits colour scales
+to the data, and lays its text out with constrained layout so that no two labels overlap
+(`overlapping_texts` checks every figure in tests/test_plots.py).
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,6 +54,8 @@ PAPER_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend
                "xtick.labelsize": 7, "ytick.labelsize": 7, "lines.linewidth": 1.4, "axes.spines.top": False,
                "axes.spines.right": False, "savefig.dpi": 200, "figure.dpi": 100}
 CONTROL_COLOUR = "#555555"  # h0 and the floor: not a method
+ABSENT_COLOUR = "#bbbbbb"  # hatching where a run was never made
+NOT_RUN = "not run"
 FIGURE_RESAMPLES = 1000  # bootstrap resamples per drawn interval (tables use stats.N_RESAMPLES)
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PAGE_WIDTH = 7.0
@@ -87,7 +95,8 @@ def _figure(n_panels: int, width: float = PAGE_WIDTH, height: float = 2.2, ncols
             sharey: bool = False) -> tuple[Figure, list[Any]]:
     ncols = ncols or n_panels
     nrows = -(-n_panels // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height * nrows), squeeze=False, sharey=sharey)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height * nrows), squeeze=False, sharey=sharey,
+                             layout="constrained")
     flat = list(axes.flat)
     for extra in flat[n_panels:]:
         extra.set_visible(False)
@@ -108,10 +117,18 @@ def _legend(fig: Figure, axes: list[Any]) -> None:
             if label not in handles:
                 handles[label] = handle
                 labels.append(label)
-    if handles:
-        fig.legend([handles[lb] for lb in labels], labels, loc="lower center", ncol=min(4, len(labels)),
-                   frameon=False, fontsize=PAPER_STYLE["legend.fontsize"], bbox_to_anchor=(0.5, -0.02))
-        fig.tight_layout(rect=(0, 0.08 + 0.04 * ((len(labels) - 1) // 4), 1, 1))
+    if handles:  # below the panels, in the space constrained layout makes for it
+        fig.legend([handles[lb] for lb in labels], labels, loc="outside lower center", ncol=min(4, len(labels)),
+                   frameon=False, fontsize=PAPER_STYLE["legend.fontsize"])
+
+
+def _not_run_note(runs: list[RunSummary], domain_runs: list[RunSummary]) -> str:
+    """A panel's note naming the methods drawn elsewhere in the figure but never run here
+    (absent, not 0)."""
+    methods = {r.method for r in domain_runs}
+    missing = [METHOD_LABELS.get(m, m) for m in METHOD_ORDER if m not in methods and any(r.method == m for r in runs)]
+    # wrapped to a panel's width (three to a page row), so it never reaches the next panel
+    return "\n" + textwrap.fill(f"{NOT_RUN}: " + ", ".join(missing), 34) if missing else ""
 
 
 def _require(runs: list[RunSummary], what: str) -> None:
@@ -135,9 +152,8 @@ def run_curve_figure(run: RunSummary) -> Figure:
     ax.plot(*run.best_so_far(), "-", color=colour, drawstyle="steps-post", label="best so far")
     ax.set_xlabel("rollouts")
     ax.set_ylabel(accuracy_label(run.k))
-    ax.set_title(f"{run.domain}: {METHOD_LABELS.get(run.method, run.method)} ({run.name}); grey = harness stages")
+    ax.set_title(f"{run.domain}: {METHOD_LABELS.get(run.method, run.method)} ({run.name})\ngrey: harness stages")
     ax.legend(frameon=False, fontsize=PAPER_STYLE["legend.fontsize"])
-    fig.tight_layout()
     return fig
 
 
@@ -202,7 +218,7 @@ def accuracy_curve_figure(runs: list[RunSummary], best_so_far: bool = False,
             ax.fill_between(xs, [100 * c.low for c in curve], [100 * c.high for c in curve], step="post",
                             color=colour, alpha=0.15, lw=0)
         _controls(ax, domain_runs, (floors or {}).get(domain))
-        ax.set_title(domain)
+        ax.set_title(domain + _not_run_note(runs, domain_runs))
         ax.set_xlabel("rollouts")
         ax.set_ylabel(("best-so-far " if best_so_far else "") + accuracy_label(domain_runs[0].k))
     what = ("best so far over evaluations (selected on test)" if best_so_far
@@ -234,8 +250,11 @@ def accuracy_bars_figure(runs: list[RunSummary], point: str = "final", floors: d
             x = i + (j - (len(methods) - 1) / 2) * width
             group = [r for r in domain_runs if r.method == method]
             value = interval(group, point, n_resamples=FIGURE_RESAMPLES)
-            if value is None:
-                ax.text(x, 1, "no run", rotation=90, ha="center", va="bottom", fontsize=5, color=CONTROL_COLOUR)
+            if value is None:  # hatched over the whole height, so it cannot pass for a bar of 0
+                ax.axvspan(x - width / 2, x + width / 2, fill=False, hatch="////", edgecolor=ABSENT_COLOUR, lw=0,
+                           label=NOT_RUN)
+                ax.text(x, 0.5, NOT_RUN, rotation=90, ha="center", va="center", fontsize=5, color=CONTROL_COLOUR,
+                        transform=ax.get_xaxis_transform(), backgroundcolor="white")
                 continue
             ax.bar(x, 100 * value.mean, width, color=method_colour(method),
                    label=METHOD_LABELS.get(method, method),
@@ -252,8 +271,8 @@ def accuracy_bars_figure(runs: list[RunSummary], point: str = "final", floors: d
     ax.set_xticks(range(len(groups)), list(groups))
     ax.set_xlabel("domain")
     ax.set_ylabel(accuracy_label(runs[0].k))
-    ax.set_title(POINT_LABELS[point].format(k=runs[0].k) + "; bars: mean over seeds, error bars: 95 % interval, "
-                 "dots: seeds")
+    ax.set_title(POINT_LABELS[point].format(k=runs[0].k) + "\nbars: mean over seeds, error bars: 95 % interval, "
+                 f"dots: seeds, hatched: {NOT_RUN}")
     _legend(fig, [ax])
     return fig
 
@@ -272,37 +291,110 @@ def behaviour_keys(runs: list[RunSummary]) -> list[str]:
     return keys
 
 
+RATE_UNIT, COUNT_UNIT = "% of test samples", "mean per sample"
+# Counts and scores of the built-in domains, for runs whose trajectories are not on disk
+COUNT_METRICS = frozenset({"turns", "generated_tokens", "tool_calls", "tool_errors", "searches", "model_searches",
+                           "documents_retrieved", "format_errors", "solver_moves_correct", "illegal_attempts",
+                           "unreadable_attempts", "f1"})
+
+
+def behaviour_units(runs: list[RunSummary]) -> dict[str, str]:
+    """Per behaviour metric, its unit: a yes/no flag (every per-sample value a bool in the
+    runs' test trajectories) is a rate, in % of test samples; a count (turns, tokens, tool
+    calls) or a score is a mean per sample, whatever its values. Decided by the kind of
+    flag, not by its values, so a metric has the same unit in every domain and figure.
+    Runs without trajectories on disk fall back to COUNT_METRICS, then to "all values
+    within 0–1 is a rate"."""
+    kinds: dict[str, set[bool]] = {}
+    for run in runs:
+        for path in sorted((run.path / "test").glob("eval-*.jsonl"))[:1]:
+            for line in path.read_text().splitlines():
+                if line.strip():
+                    for key, value in json.loads(line).get("flags", {}).items():
+                        if isinstance(value, (bool, int, float)):
+                            kinds.setdefault(key, set()).add(isinstance(value, bool))
+    units = {}
+    for metric in behaviour_keys(runs):
+        if metric in kinds:
+            units[metric] = RATE_UNIT if kinds[metric] == {True} else COUNT_UNIT
+        elif metric in COUNT_METRICS:
+            units[metric] = COUNT_UNIT
+        else:
+            values = [e["behaviour"][metric] for r in runs for e in r.evals if metric in e.get("behaviour", {})]
+            units[metric] = RATE_UNIT if all(0.0 <= v <= 1.0 for v in values) else COUNT_UNIT
+    return units
+
+
+def behaviour_curve(runs: list[RunSummary], metric: str) -> tuple[list[int], list[Interval]]:
+    """One method's behaviour metric over seeds, as `accuracy_curve` does for accuracy: at
+    every rollout count where a seed evaluated, each seed's latest value, their mean and
+    the 95 % bootstrap interval over seeds (a point, not a band, with one seed)."""
+    xs = sorted({int(e["rollouts"]) for run in runs for e in run.evals if metric in e.get("behaviour", {})})
+    curve = []
+    for x in xs:
+        per_seed = []
+        for run in runs:
+            seen = [e for e in run.evals if int(e["rollouts"]) <= x and metric in e.get("behaviour", {})]
+            if seen:
+                per_seed.append([float(seen[-1]["behaviour"][metric])])
+        curve.append(bootstrap_mean(per_seed, FIGURE_RESAMPLES))
+    return xs, curve
+
+
 @_paper_style
 def bottleneck_figure(runs: list[RunSummary], metrics: list[str] | None = None) -> Figure:
-    """Figure 3 (one domain): each behaviour metric against rollouts, one line per
-    method, a star at the rollout where that method reached its best test accuracy."""
+    """Figure 3 (one domain): each behaviour metric against rollouts, one line per method
+    (the mean over seeds, with a 95 % band over seeds where there are several), a star at
+    each run's best test accuracy. Units follow the kind of metric (`behaviour_units`):
+    the panel's title names the metric, its y-axis the unit. A metric that is constant over
+    every run and evaluation gets no panel; the suptitle lists it with its value."""
     _require(runs, "Figure 3")
     metrics = metrics or behaviour_keys(runs)
     if not metrics:
         raise ValueError("Figure 3: the runs' test evaluations carry no behaviour metrics")
-    fig, axes = _figure(len(metrics), ncols=min(3, len(metrics)))
-    for ax, metric in zip(axes, metrics):
-        values = [e["behaviour"].get(metric) for r in runs for e in r.evals if metric in e.get("behaviour", {})]
-        percent = all(0.0 <= v <= 1.0 for v in values)
-        scale = 100.0 if percent else 1.0
-        for run in runs:
-            points = [(e["rollouts"], scale * e["behaviour"][metric]) for e in run.evals
-                      if metric in e.get("behaviour", {})]
-            if not points:
+    units = behaviour_units(runs)
+    scale = {m: 100.0 if units.get(m) == RATE_UNIT else 1.0 for m in metrics}
+    values = {m: {e["behaviour"][m] for r in runs for e in r.evals if m in e.get("behaviour", {})} for m in metrics}
+    constant = [m for m in metrics if len(values[m]) <= 1]
+    drawn = [m for m in metrics if m not in constant] or metrics[:1]
+    constant = [m for m in constant if m not in drawn]
+    fig, axes = _figure(len(drawn), ncols=min(3, len(drawn)))
+    for ax, metric in zip(axes, drawn):
+        for method in METHOD_ORDER + tuple(sorted({r.method for r in runs} - set(METHOD_ORDER))):
+            group = [r for r in runs if r.method == method]
+            xs, curve = behaviour_curve(group, metric)
+            if not xs:
                 continue
-            colour = method_colour(run.method)
-            ax.plot(*zip(*points), "-", color=colour, label=METHOD_LABELS.get(run.method, run.method))
-            best = run.best
-            if metric in best.get("behaviour", {}):
-                ax.plot(best["rollouts"], scale * best["behaviour"][metric], "*", color=colour, ms=8,
-                        markeredgecolor="black", markeredgewidth=0.4)
+            colour = method_colour(method)
+            ax.plot(xs, [scale[metric] * c.mean for c in curve], "-", color=colour,
+                    label=METHOD_LABELS.get(method, method))
+            if len(group) > 1:
+                ax.fill_between(xs, [scale[metric] * c.low for c in curve], [scale[metric] * c.high for c in curve],
+                                color=colour, alpha=0.15, lw=0)
+            for run in group:
+                best = run.best
+                if metric in best.get("behaviour", {}):
+                    ax.plot(best["rollouts"], scale[metric] * best["behaviour"][metric], "*", color=colour, ms=8,
+                            markeredgecolor="black", markeredgewidth=0.4)
         ax.set_title(metric.replace("_", " "))
         ax.set_xlabel("rollouts")
-        ax.set_ylabel(f"{metric.replace('_', ' ')} ({'% of test samples' if percent else 'mean per sample'})")
-    fig.suptitle(f"{runs[0].domain}: behaviour on the test split (★ = each run's best test accuracy, selected on test)",
-                 fontsize=PAPER_STYLE["axes.titlesize"])
+        ax.set_ylabel(units.get(metric, COUNT_UNIT))
+    seeds = max(len({r.seed for r in runs if r.method == m}) for m in {r.method for r in runs})
+    title = f"{runs[0].domain}: behaviour on the test split (★ = each run's best test accuracy, selected on test)"
+    if seeds > 1:
+        title += "\nlines: mean over seeds, band: 95 % interval over seeds"
+    if constant:
+        shown = [f"{m.replace('_', ' ')} = {_unit_value(next(iter(values[m])), units.get(m, COUNT_UNIT))}"
+                 for m in constant]
+        lines = [", ".join(shown[i:i + 3]) for i in range(0, len(shown), 3)]
+        title += "\nconstant in every run, not drawn: " + ",\n".join(lines)
+    fig.suptitle(title, fontsize=PAPER_STYLE["axes.titlesize"])
     _legend(fig, axes)
     return fig
+
+
+def _unit_value(value: float, unit: str) -> str:
+    return f"{100 * value:g} %" if unit == RATE_UNIT else f"{value:g} per sample"
 
 
 # -- schedule grid (notebook 05) -------------------------------------------------------
@@ -329,10 +421,13 @@ def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
     for label in labels:
         xs, curve = accuracy_curve([r for r in runs if schedule_label(r) == label])
         left.plot(xs, [100 * c.mean for c in curve], drawstyle="steps-post", color=colours[label], label=label)
+        left.fill_between(xs, [100 * c.low for c in curve], [100 * c.high for c in curve], step="post",
+                          color=colours[label], alpha=0.12, lw=0)
     _controls(left, runs)
     left.set_xlabel("rollouts")
     left.set_ylabel(accuracy_label(runs[0].k))
-    left.set_title(f"{runs[0].domain}: test mean@{runs[0].k} at each evaluation (mean over seeds)")
+    left.set_title(f"{runs[0].domain}: test mean@{runs[0].k} at each evaluation\n"
+                   "(mean over seeds, band: 95 % interval)")
     for i, label in enumerate(labels):
         group = [r for r in runs if schedule_label(r) == label]
         final = _known(interval(group, "final", n_resamples=FIGURE_RESAMPLES))
@@ -456,7 +551,8 @@ def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = ""
     cmap = plt.get_cmap("viridis")
     scored = {e.id: 100 * e.scores[max(e.scores)]["score"] for e in entries if e.scores}
     xs, ys, cs = zip(*[(*position[i], s) for i, s in scored.items()]) if scored else ((), (), ())
-    points = ax.scatter(xs, ys, c=cs, cmap=cmap, vmin=0, vmax=100, s=28, zorder=2, edgecolors="black",
+    low, high = fitted_range(list(cs))
+    points = ax.scatter(xs, ys, c=cs, cmap=cmap, vmin=low, vmax=high, s=28, zorder=2, edgecolors="black",
                         linewidths=[1.2 if i in path else 0.2 for i in scored])
     unscored = [position[e.id] for e in entries if not e.scores]
     if unscored:
@@ -470,8 +566,21 @@ def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = ""
     ax.set_yticks([])
     ax.spines["left"].set_visible(False)
     ax.set_title(title or f"harness lineage ({len(entries)} candidates; accepted path thick)")
-    fig.tight_layout()
     return fig
+
+
+def fitted_range(values: list[float], step: float = 5.0) -> tuple[float, float]:
+    """A colour scale's (low, high) fitted to the data: the values' range widened to
+    multiples of `step` (a single value gets one step around it), never beyond 0–100."""
+    import math
+
+    if not values:
+        return 0.0, 100.0
+    low = step * math.floor(min(values) / step)
+    high = step * math.ceil(max(values) / step)
+    if high - low < step:
+        low, high = low - step / 2, high + step / 2
+    return max(0.0, low), min(100.0, max(high, low + step))
 
 
 # -- layout check ------------------------------------------------------------------------

@@ -33,6 +33,7 @@ METHODS = ("whale", "weight_only", "harness_only", "stagewise", "stagewise_rever
 QUICKSTART, DOMAIN_RUN = "01_quickstart", "02_domain_run"
 ANALYSIS = ("03_main_comparison", "04_bottleneck", "05_schedule_grid", "06_adaptive", "07_harness_archive")
 NOTEBOOKS = (QUICKSTART, DOMAIN_RUN, *ANALYSIS)
+TUTORIALS = ("08_custom_domain",)  # executed by the tests, not part of the reproduction
 WITH_DOMAINS = ("03_main_comparison", "04_bottleneck", "07_harness_archive")  # take a `domains` parameter
 
 

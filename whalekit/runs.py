@@ -16,6 +16,7 @@ Layout of one run (domain, method, schedule, seed):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ TIMING_KEYS = ("wall_s", "sample_seconds", "train_seconds", "time")  # differ be
 class RunDir:
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        # called after every commit with (run, committed event lines): experiment tracking (whalekit.tracking)
+        self.listeners: list[Callable[[RunDir, int], None]] = []
 
     # -- config & state ---------------------------------------------------------------
     @property
@@ -50,6 +53,8 @@ class RunDir:
         which checkpoint belong to it; anything written after it is redone on resume."""
         state = dict(state, events_committed=self._event_lines())
         atomic_write_text(self.root / "state.json", json.dumps(state, indent=1, sort_keys=True))
+        for listener in self.listeners:
+            listener(self, state["events_committed"])
 
     @property
     def done(self) -> bool:

@@ -31,6 +31,7 @@ from whalekit.run_state import RunState
 from whalekit.runs import RunDir
 from whalekit.schedules import AdaptiveConfig, Schedule, Stage, StageRecord, parse_schedule, should_switch, window_means
 from whalekit.search import SearchConfig
+from whalekit.tracking import TrackingConfig
 from whalekit.types import Task, Trajectory
 
 METHODS_ALL = ("whale", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
@@ -77,6 +78,8 @@ class RunConfig:
     isolation: str = "sandbox"
     # where rollouts run: local (this process) or ray (rollout-worker actors); same events either way
     backend: BackendConfig = field(default_factory=BackendConfig)
+    # experiment tracking: TensorBoard / W&B offline / MLflow file store under the run, each off by default
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def __post_init__(self) -> None:
         self.schedule = parse_schedule(self.schedule)
@@ -97,7 +100,7 @@ class RunConfig:
         if self.method in SEARCH_METHODS and self.n_search <= 0:
             raise ValueError(f"{self.method} searches harnesses: n_search must be positive")
         for name, cls in (("rsft", RSFTConfig), ("search", SearchConfig), ("adaptive", AdaptiveConfig),
-                          ("backend", BackendConfig)):
+                          ("backend", BackendConfig), ("tracking", TrackingConfig)):
             value = getattr(self, name)
             if isinstance(value, dict):
                 setattr(self, name, cls(**value))
@@ -113,7 +116,8 @@ class RunConfig:
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.runs_root) / self.preset / self.domain / self.run_name
+        # a preset file (path/to/mine.yaml) files its runs under its name (mine), as a named preset does
+        return Path(self.runs_root) / Path(self.preset).stem / self.domain / self.run_name
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -254,6 +258,9 @@ class _Driver:
                                  config.search.count_incoming)
         self._runtimes: dict[str, Any] = {}
         self._resumed_at: tuple[int, float] = (0, time.monotonic())  # (work done, when) as this process began
+        from whalekit.tracking import attach
+
+        self.tracker = attach(self.run, config.tracking)  # sends every committed event to the enabled sinks
 
     def open_archive(self, state: RunState) -> Any:
         """The archive this harness stage searches. `run` scope: the run's one archive.
@@ -306,6 +313,8 @@ class _Driver:
                 runtime.close()
         if self.backend is not None:
             self.backend.close()
+        if self.tracker is not None:
+            self.tracker.close()
 
     # -- state ----------------------------------------------------------------------------
     def budget_total(self) -> int | None:
@@ -554,7 +563,7 @@ def config_changes(config: RunConfig) -> list[str]:
     recorded = _flat(_deep_merge(_json(_field_defaults(RunConfig)), run.config()))
     current = _flat(_json(config.to_json()))
     return [f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}" for key in sorted(set(recorded) | set(current))
-            if key != "runs_root" and not key.startswith(("provenance.", "backend."))
+            if key != "runs_root" and not key.startswith(("provenance.", "backend.", "tracking."))
             and recorded.get(key) != current.get(key)]
 
 
@@ -606,5 +615,8 @@ def run_method(config: RunConfig, policy: Any = None, reuse_foreign: bool | None
         set_isolation_mode(config.isolation)  # "none" warns loudly; the value is in the run's config.json
     run = RunDir(config.run_dir)
     if run.done:
+        from whalekit.tracking import export_run
+
+        export_run(run.root, config.tracking)  # a reused run still reaches sinks switched on since
         return run
     return _Driver(config, policy).execute()
