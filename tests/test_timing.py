@@ -58,7 +58,8 @@ def test_every_event_of_a_tiny_run_carries_its_phase_seconds_and_report_timing_p
     from whalekit.domains.base import Verdict, get_domain
 
     # The tiny random model solves nothing; a verifier that accepts every episode makes its batches train.
-    monkeypatch.setattr(type(get_domain("toy")), "verify_trajectory", lambda self, task, t: Verdict(True, 1.0))
+    accept = lambda self, task, trajectory: Verdict(True, 1.0, {"format_valid": True})  # noqa: E731
+    monkeypatch.setattr(type(get_domain("toy")), "verify_trajectory", accept)
     config = resolve_config("smoke", domain="toy", method="whale", runs_root=str(tmp_path), budget=48)
     run = run_method(config, policy=load_policy("tiny-random"))
     events = run.events()

@@ -381,9 +381,7 @@ class RSFTTrainer:
         with torch.no_grad():
             for name, module in base.named_modules():
                 if isinstance(module, LoraLayer):
-                    weight = module.base_layer.weight
-                    delta = module.get_delta_weight("default")  # type: ignore[attr-defined]  # on every LoRA layer type
-                    merged[f"{name}.weight"] = weight + delta.to(weight.dtype)
+                    merged[f"{name}.weight"] = _merged_weight(module)
             if lora_layers_only:
                 return merged
             for name, tensor in base.state_dict().items():
@@ -451,6 +449,22 @@ class RSFTTrainer:
                                   int(data.get("sampled", 0)))
         self.sync_sampler()
         self.sampler.version = int(extra["sampler_version"])
+
+
+def _merged_weight(module: Any) -> Any:
+    """W + scale * B @ A of one LoRA layer. A plain linear layer's in one fused addmm (half
+    the memory traffic of forming the delta first: this is most of a LoRA sync's merge
+    time on CPU); other layer types (DoRA, fan-in-fan-out, embeddings) through peft."""
+    import torch
+
+    weight = module.base_layer.weight
+    lora_a, lora_b = module.lora_A["default"], module.lora_B["default"]
+    plain = (isinstance(module.base_layer, torch.nn.Linear) and isinstance(lora_a, torch.nn.Linear)
+             and not getattr(module, "fan_in_fan_out", False) and not module.use_dora.get("default", False))
+    if plain and lora_a.weight.dtype == lora_b.weight.dtype == weight.dtype:
+        return torch.addmm(weight, lora_b.weight, lora_a.weight, alpha=module.scaling["default"])
+    delta = module.get_delta_weight("default")  # on every LoRA layer type
+    return weight + delta.to(weight.dtype)
 
 
 def mean_reward(records: list[BatchRecord]) -> float:

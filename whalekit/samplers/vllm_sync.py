@@ -14,6 +14,7 @@ and are what `collective_rpc` calls by name.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Collection, Mapping
@@ -112,5 +113,15 @@ class WorkerWeightSync:
             cache.clear()  # one buffer at a time: a new one replaces the old mapping
             cache[path] = torch.from_file(path, shared=True, size=os.path.getsize(path), dtype=torch.uint8)
         views = _views(cache[path], layout)
-        self.reload_weights(weights_iterator=iter(views.items()))  # type: ignore[attr-defined]
+        # A partial update leaves layers out on purpose: vLLM's warnings that it "failed to load"
+        # them (and then kept their weights, as asked) would print on every sync.
+        quiet = [logging.getLogger(f"vllm.model_executor.model_loader.reload.{m}") for m in ("inplace", "layerwise")]
+        levels = [logger.level for logger in quiet]
+        for logger in quiet:
+            logger.setLevel(logging.ERROR)
+        try:
+            self.reload_weights(weights_iterator=iter(views.items()))  # type: ignore[attr-defined]
+        finally:
+            for logger, level in zip(quiet, levels):
+                logger.setLevel(level)
         return len(views)
