@@ -124,4 +124,19 @@ class WorkerWeightSync:
         finally:
             for logger, level in zip(quiet, levels):
                 logger.setLevel(level)
+        if any(name.endswith("embed_tokens.weight") for name in views):
+            _repack_tied_lm_head(self.model_runner.get_model())  # type: ignore[attr-defined]
         return len(views)
+
+
+def _repack_tied_lm_head(model: Any) -> None:
+    """A tied lm_head shares the embedding's weight, but on CPU its matmul runs from a copy
+    prepacked when it was loaded (oneDNN / sgl handle); the reload loads no weight of its own
+    into it, so that copy would keep the old embedding. Prepack it again from the new one."""
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    method = getattr(head, "quant_method", None)
+    if head is None or embed is None or method is None or not hasattr(head, "weight"):
+        return
+    if head.weight.data_ptr() == embed.weight.data_ptr():
+        method.process_weights_after_loading(head)
