@@ -88,7 +88,8 @@ def main() -> None:
         episodes = [Episode(task, harness, i) for task in splits.test for i in range(args.samples)]
         started = time.perf_counter()
         trajectories = rollout(domain, episodes, policy.sampler,
-                               RolloutConfig(temperature=args.temperature, scheduling=args.scheduling, seed=args.seed, description=name))
+                               RolloutConfig(temperature=args.temperature, scheduling=args.scheduling,
+                                             seed=args.seed, description=name))
         wall = time.perf_counter() - started
         flags = sorted({k for t in trajectories for k, v in t.flags.items() if isinstance(v, (bool, int, float))})
         means = {k: statistics.mean(float(t.flags.get(k, 0)) for t in trajectories) for k in flags}

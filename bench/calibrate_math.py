@@ -66,7 +66,8 @@ def main() -> None:
         episodes = [Episode(task, harness, i) for task in splits.test for i in range(args.samples)]
         start = time.perf_counter()
         trajectories = rollout(domain, episodes, policy.sampler,
-                               RolloutConfig(temperature=args.temperature, scheduling=args.scheduling, seed=args.seed, description=name))
+                               RolloutConfig(temperature=args.temperature, scheduling=args.scheduling,
+                                             seed=args.seed, description=name))
         wall = time.perf_counter() - start
         flags: dict[str, list[float]] = defaultdict(list)
         by_subset: dict[str, list[float]] = defaultdict(list)

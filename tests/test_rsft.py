@@ -112,6 +112,21 @@ def test_after_a_step_the_sampler_holds_the_trainers_weights_and_budget_is_charg
     assert trainer.budget.spent == 16 and trainer.budget.by_phase == {"rsft": 16}
 
 
+def test_merged_weights_are_peft_s_own_merge_and_lora_layers_only_are_the_layers_it_changes():
+    trainer = _trainer(load_policy("tiny-random"))
+    with torch.no_grad():
+        for name, parameter in trainer.model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.1)  # B starts at zero: give the adapter a delta
+    merged = trainer.merged_state_dict()
+    changed_only = trainer.merged_state_dict(lora_layers_only=True)
+    reference = trainer.model.merge_and_unload(safe_merge=True).state_dict()
+    assert set(merged) == set(reference)
+    assert all(torch.allclose(merged[k], reference[k], atol=1e-6) for k in reference)
+    assert changed_only and set(changed_only) < set(merged) and "model.embed_tokens.weight" not in changed_only
+    assert all(torch.equal(changed_only[k], merged[k]) for k in changed_only)
+
+
 def test_fractional_epochs_walk_on_from_where_the_last_call_stopped():
     trainer = _trainer(load_policy("tiny-random"))
     harness = InProcessHarness(ShortReply())

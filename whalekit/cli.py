@@ -5,6 +5,7 @@ and score or check one harness file.
     whalekit run --domain chess --preset cpu --set budget=512 --print-config
     whalekit grid --domain chess --preset cpu
     whalekit report runs/cpu/chess/*
+    whalekit report --timing runs/cpu/chess/*     # where each run's time went
     whalekit eval --domain toy --harness my_harness.py --preset smoke --split search --samples 4
     whalekit validate my_harness.py --domain toy
 
@@ -95,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     grid_p.set_defaults(handler=_grid)
     report_p = sub.add_parser("report", help="summarise runs (run directories, or folders holding them)")
     report_p.add_argument("runs", nargs="+")
+    report_p.add_argument("--timing", action="store_true",
+                          help="a table of where each run's time went (sample, train, sync, test_eval, propose, ...)")
     report_p.set_defaults(handler=_report)
     cli_harness.add_commands(sub, _add_config_flags)
     return parser
@@ -137,6 +140,11 @@ def _report(args: argparse.Namespace) -> int:
     from whalekit.proposers.ledger import run_cost_report
     from whalekit.runs import RunDir
 
+    if args.timing:
+        from whalekit.timing import report_timing
+
+        print(report_timing(run_paths(args.runs)))
+        return 0
     for path in run_paths(args.runs):
         run = RunDir(path)
         print(summary_line(run))

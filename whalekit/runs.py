@@ -24,7 +24,7 @@ from whalekit.archive import atomic_write as atomic_write_text  # one atomic wri
 from whalekit.types import Trajectory
 
 SCHEMA_VERSION = 1
-TIMING_KEYS = ("wall_s", "sample_seconds", "train_seconds", "time")  # differ between identical runs
+TIMING_KEYS = ("wall_s", "sample_seconds", "train_seconds", "time", "timing")  # differ between identical runs
 
 
 class RunDir:

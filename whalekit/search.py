@@ -30,6 +30,7 @@ from whalekit.domains.base import Domain
 from whalekit.engine import Episode, RolloutConfig, rollout
 from whalekit.isolation import IsolatedHarness, IsolationLimits, validate_candidate
 from whalekit.samplers.base import Sampler
+from whalekit.timing import phase
 from whalekit.types import Task
 
 BUDGET_PHASE = "search"
@@ -143,8 +144,9 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: S
 
     def evaluate(ids: list[str], call: int) -> None:
         affordable = ids[:budget.remaining // n_tasks]
-        evaluate_candidates(domain, archive, affordable, sampler, search_tasks, budget, config, weights_version,
-                            seed, step * 1000 + call)
+        with phase("sample"):
+            evaluate_candidates(domain, archive, affordable, sampler, search_tasks, budget, config, weights_version,
+                                seed, step * 1000 + call)
         progress["rollouts"] += len(affordable) * n_tasks
         if len(affordable) < len(ids):
             raise _OutOfBudget()
@@ -164,11 +166,13 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: S
             if not pending and not evaluated_before_kill:
                 if not budget.can_afford(n_tasks):
                     raise _OutOfBudget()
-                for candidate in proposer.propose(archive, config.candidates_per_iteration, budget):
-                    if candidate.source and archive.add(candidate.source, candidate.parent_ids, candidate.hypothesis,
-                                                        candidate.change_summary, proposer.name, iteration) \
-                            in archive.unevaluated(weights_version):
-                        proposed += 1
+                with phase("propose"):  # an LLM proposer's prototyping rollouts included
+                    for candidate in proposer.propose(archive, config.candidates_per_iteration, budget):
+                        if candidate.source and archive.add(candidate.source, candidate.parent_ids,
+                                                            candidate.hypothesis, candidate.change_summary,
+                                                            proposer.name, iteration) \
+                                in archive.unevaluated(weights_version):
+                            proposed += 1
                 pending = archive.unevaluated(weights_version)
             valid = []
             for cid in pending:

@@ -31,6 +31,7 @@ from whalekit.run_state import RunState
 from whalekit.runs import RunDir
 from whalekit.schedules import AdaptiveConfig, Schedule, Stage, StageRecord, parse_schedule, should_switch, window_means
 from whalekit.search import SearchConfig
+from whalekit.timing import PhaseClock, phase, recording, timed_log
 from whalekit.tracking import TrackingConfig
 from whalekit.types import Task, Trajectory
 
@@ -222,7 +223,9 @@ class _Driver:
         from whalekit.archive import Archive
 
         self.config = config
+        self.clock = PhaseClock()  # every event carries the phase seconds since the previous one
         self.run = RunDir(config.run_dir)
+        self.run.log = timed_log(self.run, self.clock)  # type: ignore[method-assign]
         self.domain = get_domain(config.domain, **config.domain_options)
         self.splits = self.domain.load_splits(n_train=config.n_train, n_search=config.n_search,
                                               n_test=config.n_test, seed=config.seed, **config.split_options)
@@ -408,9 +411,10 @@ class _Driver:
     def evaluate(self, state: RunState, reason: str) -> None:
         started = time.perf_counter()
         index = state.evaluations
-        trajectories = evaluate_test(self.domain, self.runtime(state.accepted_id), self.sampler, self.splits.test,
-                                     self.config.eval_k, self.config.eval_temperature, self.config.seed, index,
-                                     self.config.eval_top_p, self.config.eval_top_k)
+        with phase("test_eval"):
+            trajectories = evaluate_test(self.domain, self.runtime(state.accepted_id), self.sampler,
+                                         self.splits.test, self.config.eval_k, self.config.eval_temperature,
+                                         self.config.seed, index, self.config.eval_top_p, self.config.eval_top_k)
         self.run.write_trajectories(f"eval-{index:03d}", trajectories)
         self.run.log("test_eval", index=index, reason=reason, rollouts=self.budget.spent,
                      weights_version=self.sampler.version, accepted_id=state.accepted_id, k=self.config.eval_k,
@@ -427,7 +431,8 @@ class _Driver:
             return False
         record = self.trainer.step(self.runtime(state.accepted_id), n)
         checkpoint = self.run.root / "checkpoints" / f"rsft-{self.trainer.state.batches:05d}"
-        self.trainer.save_checkpoint(checkpoint)
+        with phase("checkpoint"):
+            self.trainer.save_checkpoint(checkpoint)
         state.checkpoint = str(checkpoint)
         state.stage_problems += n
         state.stage_signals.append(record.reward)  # the adaptive rule windows these per stage
@@ -488,6 +493,10 @@ class _Driver:
 
     # -- the loop -------------------------------------------------------------------------
     def execute(self) -> RunDir:
+        with recording(self.clock):  # components mark their phases on this clock
+            return self._execute()
+
+    def _execute(self) -> RunDir:
         committed = self.run.state()
         state = RunState.from_json(committed) if committed else RunState.fresh(self.seed_id)
         if state.finished:

