@@ -48,3 +48,14 @@ def test_preloaded_libraries_reach_the_engine_start_and_leave_this_process_as_it
 
 def test_the_preload_list_names_only_libraries_that_exist():
     assert all(os.path.exists(path) for path in vllm_sampler.cpu_preload_libraries())
+
+
+def test_auto_dtype_is_float32_on_a_cpu_without_native_bf16_and_bf16_where_the_hardware_has_it():
+    from whalekit.samplers.vllm import resolve_dtype
+
+    avx2 = "processor : 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
+    sapphire = "processor : 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n"
+    assert resolve_dtype("auto", on_gpu=False, cpuinfo=avx2) == "float32"
+    assert resolve_dtype("auto", on_gpu=False, cpuinfo=sapphire) == "bfloat16"
+    assert resolve_dtype("auto", on_gpu=True, cpuinfo=avx2) == "bfloat16"
+    assert resolve_dtype("float16", on_gpu=False, cpuinfo=avx2) == "float16"  # an explicit choice is kept

@@ -64,7 +64,7 @@ class VLLMSampler(Sampler):
         CUDA graphs on GPU.
     """
 
-    def __init__(self, model_path: str | Path, tokenizer: Any = None, *, dtype: str = "bfloat16",
+    def __init__(self, model_path: str | Path, tokenizer: Any = None, *, dtype: str = "auto",
                  max_model_len: int = 4096, seed: int = 0, kv_cache_gib: float | None = None,
                  gpu_memory_fraction: float = 0.35, enforce_eager: bool | None = None,
                  cpu_threads: str | None = None, max_num_seqs: int = 256, cpu_setup: bool = True,
@@ -75,7 +75,7 @@ class VLLMSampler(Sampler):
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_path)
         self.on_gpu = _cuda_available()
         self.platform = "cuda" if self.on_gpu else "cpu"
-        self.dtype = dtype
+        self.dtype = dtype = resolve_dtype(dtype, self.on_gpu)
         self.version = 0
         self.seed = seed
         self.weight_names = _checkpoint_tensor_names(self.model_path)
@@ -240,6 +240,30 @@ class VLLMSampler(Sampler):
         import gc
 
         gc.collect()
+
+
+def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
+    """True when the CPU computes bf16 in hardware (AVX512-BF16 or AMX-BF16). Without it,
+    bf16 matmuls are emulated: measured on this project's AVX2 EPYC machines, vLLM generates
+    47 tok/s in bf16 against 167 tok/s in float32 (SmolLM2-135M, 64 prompts x 64 tokens)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[1].split())
+            break
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def resolve_dtype(dtype: str, on_gpu: bool, cpuinfo: str | None = None) -> str:
+    """"auto": bfloat16 on a GPU or a CPU with native bf16, float32 elsewhere."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if on_gpu or cpu_has_native_bf16(cpuinfo) else "float32"
 
 
 def _configure_environment(vllm_cache: Path, kv_cache_gib: float, cpu_threads: str | None, on_gpu: bool) -> None:
