@@ -88,3 +88,34 @@ def paired_difference(treatment: Mapping[int, Mapping[str, float]], baseline: Ma
     if not differences:
         raise ValueError("paired_difference: no seed with test problems common to both")
     return bootstrap_mean(differences, n_resamples, confidence, seed)
+
+
+def acceptance_power(incumbent_rate: float, improvement: float, n_problems: int, samples: int = 1,
+                     n_trials: int = 20_000, seed: int = 0) -> float:
+    """How often a search stage accepts a candidate whose true success rate is `improvement`
+    above the incumbent's, when both are scored on the same `n_problems` search problems
+    with `samples` rollouts each and the candidate must score strictly higher (a tie keeps
+    the incumbent: the conservative reading of the tie-break by turns).
+
+    Why: the search split must be large enough that a real 10-point gain is not lost to
+    sampling noise. Simulated from independent binomial scores (exact for per-problem
+    success rates that are all equal; heterogeneous problems only lower the variance).
+
+        acceptance_power(0.15, 0.10, 32)   # ~0.8: 32 problems suffice at a 15 % incumbent
+    """
+    if not 0 <= incumbent_rate <= 1 or not 0 <= incumbent_rate + improvement <= 1:
+        raise ValueError("incumbent_rate and incumbent_rate + improvement must lie in [0, 1]")
+    rng = np.random.default_rng(seed)
+    draws = n_problems * samples
+    incumbent = rng.binomial(draws, incumbent_rate, n_trials)
+    candidate = rng.binomial(draws, incumbent_rate + improvement, n_trials)
+    return float(np.mean(candidate > incumbent))
+
+
+def problems_for_power(incumbent_rate: float, improvement: float, power: float = 0.8, samples: int = 1,
+                       max_problems: int = 1024) -> int:
+    """The smallest search split whose `acceptance_power` reaches `power`."""
+    for n in range(1, max_problems + 1):
+        if acceptance_power(incumbent_rate, improvement, n, samples) >= power:
+            return n
+    raise ValueError(f"no split of at most {max_problems} problems reaches power {power}")
