@@ -174,7 +174,7 @@ class TraceViewer:
             box.observe(self._picked(show), "value")
         tabs = w.Tab(children=[self.trace, self.diff])
         tabs.set_title(0, "trajectory")
-        tabs.set_title(1, "harness diff vs parent")
+        tabs.set_title(1, "harness diff")
         self.widget = w.VBox([w.HBox([self.run_box, self.source_box, self.example_box],
                                      layout=w.Layout(flex_flow="row wrap")), self.summary, tabs],
                              layout=w.Layout(max_width="1000px"))
@@ -215,7 +215,7 @@ class TraceViewer:
         self.source = source
         trajectories = self.sources.get(source, []) if source else []
         options = [(f"{i + 1}: {t.task_id} #{t.sample_index} ({'✓' if t.correct else '✗'})"
-                    + (" 🔧" if any(turn.tool_calls for turn in t.turns) else ""), i)
+                    + (" · tool call" if any(turn.tool_calls for turn in t.turns) else ""), i)
                    for i, t in enumerate(trajectories)]
         self._set(self.example_box, options, default_example(trajectories))
         self.diff.value = source_diff_html(self.run, source)

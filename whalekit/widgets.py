@@ -172,7 +172,7 @@ def _turn_html(turn: Any, index: int, trained: bool, tokenizer: Any) -> str:
     if turn.parse_error:
         out.append(f"<div style='color:#B22222'>format error: {_esc(turn.parse_error)}</div>")
     for call in turn.tool_calls:
-        out.append(f"<div class='wk-call'>🔧 tool call <b>{_esc(call.name)}</b>(<code>{_esc(call.arguments)}</code>)"
+        out.append(f"<div class='wk-call'>tool call <b>{_esc(call.name)}</b>(<code>{_esc(call.arguments)}</code>)"
                    "</div>")
     for result in turn.tool_results:  # what the model saw of it follows as a tool_result message
         status = "ok" if result.ok else f"error: {result.error}"
