@@ -128,7 +128,8 @@ def expected_outputs(notebook: str, figures: Path, domains: list[str], grid_doma
 
 def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Path | None = None,
          domains: list[str] | None = None, methods: list[str] | None = None,
-         seeds: list[int] | tuple[int, ...] = (0,), quickstart_domain: str | None = None, grid: bool = True) -> list[Job]:
+         seeds: list[int] | tuple[int, ...] = (0,), quickstart_domain: str | None = None,
+         grid: bool = True) -> list[Job]:
     """The whole sequence for a preset: the quickstart, every run (main comparison: each
     method at the preset's schedule on each domain; schedule grid: WHALE at each of the
     preset's grid schedules on the grid domain; grid=False leaves the grid and its notebook
