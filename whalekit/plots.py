@@ -63,12 +63,19 @@ PAGE_WIDTH = 7.0
 
 def _paper_style(draw: Callable[..., Figure]) -> Callable[..., Figure]:
     """Draw a figure under PAPER_STYLE (fonts, line widths, spines), whatever the
-    notebook's own matplotlib settings are."""
+    notebook's own matplotlib settings are. The interactive setting survives: the first
+    figure of a kernel resolves the inline backend, which turns interactive mode on, and
+    rc_context would turn it off again on exit, so re-running a cell would show nothing."""
 
     @functools.wraps(draw)
     def wrapper(*args: Any, **kwargs: Any) -> Figure:
+        import matplotlib
+
         with plt.rc_context(PAPER_STYLE):  # type: ignore[arg-type]  # matplotlib types rc keys as Literals
-            return draw(*args, **kwargs)
+            figure = draw(*args, **kwargs)
+            interactive = matplotlib.is_interactive()
+        matplotlib.interactive(interactive)
+        return figure
 
     return wrapper
 

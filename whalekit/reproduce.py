@@ -63,6 +63,43 @@ def figures_dir(preset: str, root: str | Path = "figures") -> Path:
     return Path(root) if name == "cpu" else Path(root) / name
 
 
+class NoRunsError(LookupError):
+    """No runs where an analysis notebook or the viewer looks; the message says what to
+    run. In IPython it shows as that message alone, without a traceback."""
+
+    def __init__(self, where: str, preset: str = "cpu"):
+        name = Path(preset).stem
+        super().__init__(f"{where}. Make them first, from the repository root: `make reproduce PRESET={name}`"
+                         + (" (hours on CPU)" if name == "cpu" else "")
+                         + ", or `make reproduce PRESET=smoke` (about 5 minutes, tiny random model) and set "
+                         "preset = \"smoke\" here; notebook 02 makes a single run.")
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+def preset_with_runs(runs_root: str | Path, preset: str, figures: str | Path, fallback: str = "smoke",
+                     log: Callable[[str], None] = print) -> tuple[str, Path]:
+    """(preset, figures folder) for an analysis notebook: `preset` itself when
+    runs_root/<preset> holds a finished run; else the `fallback` preset's runs when there
+    are some (saying so, with figures going to `figures/<fallback>` so they
+    never overwrite the committed ones); else NoRunsError naming the command to run."""
+    from whalekit.runs import RunDir
+
+    def finished(name: str) -> bool:
+        return any(RunDir(p.parent).done for p in (Path(runs_root) / Path(name).stem).glob("*/*/config.json"))
+
+    if finished(preset):
+        return preset, Path(figures)
+    if Path(preset).stem != fallback and finished(fallback):
+        fallback_figures = Path(figures) / fallback
+        log(f"no finished runs under {Path(runs_root) / Path(preset).stem} yet: showing the {fallback} runs under "
+            f"{Path(runs_root) / fallback} instead (figures go to {fallback_figures}); `make reproduce "
+            f"PRESET={Path(preset).stem}` makes the {Path(preset).stem} ones")
+        return fallback, fallback_figures
+    raise NoRunsError(f"no finished runs under {Path(runs_root) / Path(preset).stem}", preset)
+
+
 def run_figure_stem(figures: Path, domain: str, run_name: str) -> Path:
     """Where notebook 02 saves one run's curve."""
     return Path(figures) / "runs" / f"{domain}_{run_name}"
@@ -95,7 +132,8 @@ def expected_outputs(notebook: str, figures: Path, domains: list[str], grid_doma
 
 def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Path | None = None,
          domains: list[str] | None = None, methods: list[str] | None = None,
-         seeds: list[int] | tuple[int, ...] = (0,), quickstart_domain: str = "toy", grid: bool = True) -> list[Job]:
+         seeds: list[int] | tuple[int, ...] = (0,), quickstart_domain: str | None = None,
+         grid: bool = True) -> list[Job]:
     """The whole sequence for a preset: the quickstart, every run (main comparison: each
     method at the preset's schedule on each domain; schedule grid: WHALE at each of the
     preset's grid schedules on the grid domain; grid=False leaves the grid and its notebook
@@ -119,7 +157,10 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     if unknown:
         raise ValueError(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
     common = {"preset": preset, "runs_root": str(runs_root), "figures": str(figures)}
-    jobs = [Job(QUICKSTART, {**common, "domain": quickstart_domain}, notebooks_out / f"{QUICKSTART}.ipynb",
+    # The quickstart shows a tool call: math, where code_prefill makes even the tiny model call Python.
+    quickstart_domain = quickstart_domain or ("math" if "math" in data["domains"] else next(iter(data["domains"])))
+    quickstart = {"domain": quickstart_domain, **({} if quickstart_domain == "math" else {"mechanism": None})}
+    jobs = [Job(QUICKSTART, {**common, **quickstart}, notebooks_out / f"{QUICKSTART}.ipynb",
                 expected_outputs(QUICKSTART, figures, domains))]
     runs: list[tuple[str, str, str | None, int]] = [(d, m, None, s) for d in domains for m in methods for s in seeds]
     grid_spec = (data.get("grid") or {}) if grid else {}
