@@ -6,23 +6,24 @@ Heavy: run it under the CPU lock.
 
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/calibrate_math.py --n-test 64 --samples 8 --harness h0 h1
 
-Measured 2026-12-01 on the 2-core CPU machine, vLLM CPU sampler, the default mix
-(arithmetic 0.7, multistep 0.1, word 0.1, modular 0.05, algebra 0.05), seed 0, T=1:
+Measured 2026-12-01 on the quiet 2-core CPU machine (AVX2, no native bf16), vLLM CPU sampler
+in float32, faithful h0 (strict boxed answer, 2 turns), the default mix (arithmetic 0.7,
+multistep 0.1, word 0.1, modular 0.05, algebra 0.05), seed 0, T 1, top_k 20:
 
-    flock /tmp/whalekit-cpu.lock /work/vvenv/bin/python bench/calibrate_math.py --n-test 64 --samples 8 \
-        --harness h0 h1 --sampler vllm --json /tmp/math_cal.json
+    flock /tmp/whalekit-cpu.lock .venv/bin/python bench/calibrate_math.py --n-test 64 --samples 8 \
+        --harness h0 h1 --json /tmp/math_cal1.json --dump /tmp/math1
 
-    harness  mean@8  truncated  boxed  tool_calls  tool_errors  correct  wall
-    h0       0.109   0.277      0.004  0.141       0.094        0.109    143 s
-    h1       0.604   0.072      1.000  1.000       0.197        0.604     85 s
+    harness  mean@8  boxed  tool_calls  tool_errors  truncated  turns  wall
+    h0       0.000   0.049  0.412       0.293        0.098      1.28   443 s
+    h1       0.574   1.000  1.000       0.143        0.068      2.00   223 s
 
-(64 problems x 8 samples = 512 episodes each; wall is the rollout only, not model
-loading.) h0 by family: arithmetic 0.136, multistep 0.054, modular 0.062, algebra
-0.062, word 0.000; h0 reaches at least one correct sample on 30 of the 64 problems.
-h0's correct answers come almost all from prose ("9 * 9 is equal to 81."): it boxes
-0.4% of replies, so the verifier reads an unboxed reply by its last number. h1
-(worked example, prefilled code fence, prefilled "\\boxed{") raises it to 0.604;
-word problems stay at 0 for both, headroom for search and training.
+(64 problems x 8 samples = 512 episodes each.) h0 is 0 / 512, arithmetic included
+(0 / 368 on one-operation sums and times tables): SmolLM2-135M does not answer the
+question under the authors' prompt; the 4.9 % of replies that box something box the
+instruction's own placeholder ("\\boxed{'The final answer goes here.'}"). No problem mix
+moves that, so the faithful h0 cannot be calibrated into 5-35 % for this model by data
+alone. h1 by family: arithmetic 0.726, multistep 0.393, modular 0.094, algebra 0.062,
+word 0.025. (The same mix under the former h0, with a last-number fallback, scored 0.109.)
 """
 
 from __future__ import annotations
