@@ -6,15 +6,18 @@ the ceiling, with a better harness measurably ahead. Run it under the CPU lock:
 
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/calibrate_searchqa.py --n-test 64 --samples 8
 
-Measured 2026-12-01 (2-core CPU, vLLM CPU sampler, temperature 1, default world and mix):
-    /work/vvenv/bin/python bench/calibrate_searchqa.py --n-test 64 --samples 8 --harness h0 h1 --sampler vllm
-  h0: mean@8 0.000 (185 s wall). format_valid 0.057, answered 0.074, searches 0.084,
-      retrieval_hit 0.002, correct_given_hit 0.000 (1 hit), format errors 2.71 a trajectory;
-      every family 0.000. The untrained model rarely uses the tags and never answers right:
-      the preset is NOT yet calibrated (the issue wants h0 above 0).
-  h1: mean@8 0.084 (50 s wall). format_valid 0.998, searches 1.000 (forced), retrieval_hit
-      0.766, correct_given_hit 0.110; founded_year 0.341, born_first 0.068, occupation 0.062,
-      founder_birthplace 0.021, birthplace/birth_country/org_country 0.000.
+Measured 2026-12-01 (quiet 2-core CPU, vLLM CPU sampler in float32, T 1, top_k 20, the
+faithful h0, default world and mix):
+    flock /tmp/whalekit-cpu.lock .venv/bin/python bench/calibrate_searchqa.py --n-test 64 --samples 8 \
+        --harness h0 h1 --json /tmp/sqa_cal1.json --show 2
+  h0: mean@8 0.000 (251 s wall). answered 0.023, format_valid 0.023, searches 0.012,
+      retrieval_hit 0.000; failure modes no_answer 500 / 512, no_search 12. The model answers
+      in prose from its own imagination ("In United Arab Emirates (UAE), Bilein is based
+      here.") and almost never writes a tag: with the authors' minimal prompt SmolLM2-135M
+      does not use the tool, so no question family (all seven score 0) lifts h0 above 0.
+  h1: mean@8 0.090 (120 s wall). format_valid 1.000, searches 1.000 (forced), retrieval_hit
+      0.734, correct_given_hit 0.122; founded_year 0.239, occupation 0.167, born_first 0.091,
+      birthplace 0.010, birth_country / founder_birthplace / org_country 0.000.
 --show N prints N whole trajectories per harness.
 """
 
