@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from whalekit.presets import flatten
 from whalekit.runs import RunDir, atomic_write_text
 
 SINKS = ("tensorboard", "wandb", "mlflow")
@@ -70,15 +71,10 @@ def event_metrics(event: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def flat_config(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+def flat_config(config: dict[str, Any]) -> dict[str, str]:
     """A nested configuration as `a.b.c` -> text: what W&B's config and MLflow's params hold."""
-    out: dict[str, str] = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            out.update(flat_config(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value if isinstance(value, str) else json.dumps(value, default=str)
-    return out
+    return {key: value if isinstance(value, str) else json.dumps(value, default=str)
+            for key, value in flatten(config).items()}
 
 
 class Sink(Protocol):

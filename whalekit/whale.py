@@ -25,7 +25,7 @@ from whalekit.budget import BudgetConfig, RolloutBudget
 from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.episode import harness_id
-from whalekit.presets import load_preset, missing_data_files
+from whalekit.presets import flatten, load_preset, missing_data_files
 from whalekit.rsft import RSFTConfig
 from whalekit.run_state import RunState
 from whalekit.runs import RunDir
@@ -569,8 +569,8 @@ def config_changes(config: RunConfig) -> list[str]:
     if not run.config_path.exists():
         return []
     # Fields added to whalekit after the run was made count at their defaults.
-    recorded = _flat(_deep_merge(_json(_field_defaults(RunConfig)), run.config()))
-    current = _flat(_json(config.to_json()))
+    recorded = flatten(_deep_merge(_json(_field_defaults(RunConfig)), run.config()))
+    current = flatten(_json(config.to_json()))
     return [f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}" for key in sorted(set(recorded) | set(current))
             if key != "runs_root" and not key.startswith(("provenance.", "backend.", "tracking."))
             and recorded.get(key) != current.get(key)]
@@ -584,16 +584,6 @@ def _field_defaults(cls: type) -> dict[str, Any]:
         elif f.default_factory is not dataclasses.MISSING:
             value = f.default_factory()
             out[f.name] = asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
-    return out
-
-
-def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and value:
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
     return out
 
 

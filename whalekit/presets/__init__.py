@@ -18,6 +18,18 @@ PRESET_DIR = Path(__file__).parent
 PRESETS = ("smoke", "cpu", "paper")
 
 
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested configuration as `a.b.c` -> value (an empty section stays one key): the form
+    config comparisons, W&B's config and MLflow's params all read."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
 def load_preset(name: str) -> dict[str, Any]:
     """A preset by name, or any YAML file path with the same layout."""
     path = Path(name) if name.endswith((".yaml", ".yml")) else PRESET_DIR / f"{name}.yaml"
