@@ -130,9 +130,32 @@ def test_context_overflow_ends_the_episode_with_a_recorded_error(tiny_policy):
     assert traj.error.startswith("context_overflow") and not traj.correct
 
 
+def test_a_token_cap_bounds_every_turn_whatever_the_harness_asks(tiny_policy):
+    """The smoke preset's max_new_tokens_cap: the tiny random model never samples EOS, so
+    without it each math turn runs to the harness's 256 tokens."""
+    domain = get_domain("math")
+    tasks = domain.load_splits(2, 1, 1, seed=0).train
+    harness = InProcessHarness(domain.initial_harness_source())
+    episodes = [Episode(t, harness, 0) for t in tasks]
+    free = rollout(domain, episodes, tiny_policy.sampler, RolloutConfig(seed=1, progress=False))
+    assert max(len(turn.completion_ids) for t in free for turn in t.turns) > 16
+    capped = rollout(domain, episodes, tiny_policy.sampler, RolloutConfig(seed=1, progress=False,
+                                                                          max_new_tokens_cap=16))
+    assert all(len(turn.completion_ids) <= 16 for t in capped for turn in t.turns)
+    sampler = tiny_policy.sampler
+    sampler.max_new_tokens_cap = 8  # the driver sets the run's cap on its sampler
+    try:
+        by_sampler = rollout(domain, episodes, sampler, RolloutConfig(seed=1, progress=False, max_new_tokens_cap=16))
+    finally:
+        sampler.max_new_tokens_cap = None
+    assert all(len(turn.completion_ids) <= 8 for t in by_sampler for turn in t.turns)  # the tighter cap wins
+
+
 def test_rollout_config_rejects_nonsense():
     with pytest.raises(ValueError):
         RolloutConfig(max_context_tokens=0)
+    with pytest.raises(ValueError):
+        RolloutConfig(max_new_tokens_cap=0)
     with pytest.raises(ValueError):
         SamplingParams(temperature=-1)
 

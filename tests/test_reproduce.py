@@ -13,6 +13,7 @@ from run_fixtures import write_run
 
 from whalekit import provenance as prov
 from whalekit import reproduce
+from whalekit.presets import load_preset
 from whalekit.runs import RunDir
 
 
@@ -34,9 +35,30 @@ def _run_for(job: reproduce.Job, block: dict | None) -> RunDir:
 def test_the_command_line_runs_three_seeds_by_default(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert reproduce.main(["--preset", "smoke", "--domains", "toy", "--methods", "whale", "--no-grid",
-                           "--dry-run"]) == 0
+                           "--seeds", "0", "1", "2", "--dry-run"]) == 0
     parameters = [json.loads(line[line.index("{"):]) for line in capsys.readouterr().out.splitlines()]
     assert sorted(p["seed"] for p in parameters if "seed" in p) == [0, 1, 2]
+    assert reproduce.run_set_defaults(load_preset("cpu"))["seeds"] == [0, 1, 2]
+    assert reproduce.run_set_defaults(load_preset("paper"))["seeds"] == [0, 1, 2]
+
+
+def test_the_smoke_preset_reproduces_every_method_once_on_one_domain(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert reproduce.main(["--preset", "smoke", "--dry-run"]) == 0
+    runs = [json.loads(line[line.index("{"):]) for line in capsys.readouterr().out.splitlines()
+            if line.startswith(reproduce.DOMAIN_RUN)]
+    main = [(p["domain"], p["method"], p["seed"]) for p in runs if p["domain"] != "toy"]
+    assert sorted(main) == sorted(("math", m, 0) for m in reproduce.METHODS)
+    assert {p["domain"] for p in runs} == {"math", "toy"}  # toy: the schedule grid
+    assert all(p["figures"].endswith("figures/smoke") for p in runs)  # never over the committed figures
+
+
+def test_a_preset_reproduce_section_with_unknown_keys_or_domains_is_refused():
+    data = load_preset("smoke")
+    with pytest.raises(ValueError, match="unknown keys"):
+        reproduce.run_set_defaults({**data, "reproduce": {"seed": [0]}})
+    with pytest.raises(ValueError, match="no section"):
+        reproduce.run_set_defaults({**data, "reproduce": {"domains": ["go"]}})
 
 
 def test_foreign_runs_are_reported_and_made_again_unless_the_flag_keeps_them(tmp_path, monkeypatch, capsys):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 import traceback
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from whalekit.domains.base import Domain
@@ -41,10 +41,13 @@ class RolloutConfig:
     progress: bool = True  # tqdm bar over finished episodes
     description: str = "rollout"
     scheduling: str = "auto"  # "continuous", "lockstep", or "auto": continuous when the sampler supports it
+    max_new_tokens_cap: int | None = None  # mechanics presets: no turn takes more new tokens (see Sampler)
 
     def __post_init__(self) -> None:
         if self.max_context_tokens <= 0 or self.tool_workers <= 0:
             raise ValueError("max_context_tokens and tool_workers must be positive")
+        if self.max_new_tokens_cap is not None and self.max_new_tokens_cap <= 0:
+            raise ValueError(f"max_new_tokens_cap must be positive or None, got {self.max_new_tokens_cap}")
         if self.scheduling not in SCHEDULES:
             raise ValueError(f"scheduling must be one of {', '.join(SCHEDULES)}, got {self.scheduling!r}")
 
@@ -120,11 +123,14 @@ def rollout(domain: Domain, episodes: list[Episode], sampler: Sampler, config: R
     """Run all episodes to the end; return one verified Trajectory per episode, in order."""
     # -- backends seam (issue 21): a sampler bound to a rollout backend (whalekit.backends, e.g.
     # Ray workers) hands the whole rollout to it; the local path below is unchanged.
+    config = config or RolloutConfig()
+    cap = _token_cap(config, sampler)
+    if cap != config.max_new_tokens_cap:  # the sampler's cap travels with the config (to backend workers too)
+        config = replace(config, max_new_tokens_cap=cap)
     backend = getattr(sampler, "rollout_backend", None)
     if backend is not None:
         return backend.rollout(domain, episodes, config, policy_version)
     # -- end of the backends seam
-    config = config or RolloutConfig()
     supports = bool(getattr(sampler, "continuous", False))  # samplers (and test doubles) without submit/poll
     continuous = config.scheduling == "continuous" or (config.scheduling == "auto" and supports)
     if continuous and not supports:
@@ -223,6 +229,12 @@ def _continuous(domain: Domain, live: list[_Live], sampler: Sampler, config: Rol
             return
 
 
+def _token_cap(config: RolloutConfig, sampler: Sampler) -> int | None:
+    """The tighter of the config's and the sampler's per-turn token caps (None: no cap)."""
+    caps = [c for c in (config.max_new_tokens_cap, getattr(sampler, "max_new_tokens_cap", None)) if c is not None]
+    return min(caps) if caps else None
+
+
 def _generation_request(item: _Live, tokenizer: Any, config: RolloutConfig) -> GenerationRequest | None:
     """The sampler request for an episode's next turn, or None when it would overflow
     the context (the episode is then finished with that error)."""
@@ -230,6 +242,8 @@ def _generation_request(item: _Live, tokenizer: Any, config: RolloutConfig) -> G
     item.last_messages = item.request.messages
     prompt = _prompt_ids(tokenizer, item.request)
     limit = item.request.settings.max_new_tokens
+    if config.max_new_tokens_cap is not None:
+        limit = min(limit, config.max_new_tokens_cap)
     if len(prompt) + limit > config.max_context_tokens:
         item.request = Finished(None, f"context_overflow: prompt {len(prompt)} + {limit} new tokens "
                                       f"> {config.max_context_tokens}")

@@ -9,7 +9,7 @@ kept under runs/<preset>/notebooks/) means the reproduction and the exploration 
 drift apart. Finished runs are reused: the driver skips them, and a domain-run notebook
 whose run is done and whose figure exists is not executed again.
 
-    python -m whalekit.reproduce --preset smoke --domains toy     # minutes, tiny model; figures/smoke/
+    python -m whalekit.reproduce --preset smoke                    # minutes, tiny model; figures/smoke/
     make reproduce                                                 # the cpu preset, seeds 0 1 2; figures/
 
 A finished run made by other code or another sampler (config.json's provenance) is
@@ -132,7 +132,7 @@ def expected_outputs(notebook: str, figures: Path, domains: list[str], grid_doma
 
 def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Path | None = None,
          domains: list[str] | None = None, methods: list[str] | None = None,
-         seeds: list[int] | tuple[int, ...] = (0,), quickstart_domain: str | None = None,
+         seeds: list[int] | tuple[int, ...] | None = None, quickstart_domain: str | None = None,
          grid: bool = True) -> list[Job]:
     """The whole sequence for a preset: the quickstart, every run (main comparison: each
     method at the preset's schedule on each domain; schedule grid: WHALE at each of the
@@ -150,9 +150,10 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     runs_root = Path(runs_root).resolve()
     figures = Path(figures if figures is not None else figures_dir(preset)).resolve()
     notebooks_out = runs_root / preset_name / "notebooks"
-    if domains is None:
-        domains = [d for d in data["domains"] if d != "toy"] or list(data["domains"])
-    methods = list(methods or METHODS)
+    defaults = run_set_defaults(data)
+    domains = list(domains) if domains is not None else defaults["domains"]
+    methods = list(methods or defaults["methods"])
+    seeds = list(seeds) if seeds is not None else defaults["seeds"]
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
@@ -190,6 +191,26 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
         jobs.append(Job(notebook, parameters, notebooks_out / f"{notebook}.ipynb",
                         expected_outputs(notebook, figures, domains, grid_domain, "adaptive" in methods)))
     return jobs
+
+
+DEFAULT_SEEDS = (0, 1, 2)
+
+
+def run_set_defaults(data: dict[str, Any]) -> dict[str, list[Any]]:
+    """The run set a preset reproduces when the command line names none: its `reproduce`
+    section's domains, methods and seeds, else its domains except the toy one (which exists
+    for mechanics, unless it is all there is), every method and seeds 0 1 2. The smoke preset
+    names a small set (one domain, one seed) so that its pass takes minutes."""
+    section = data.get("reproduce") or {}
+    unknown = sorted(set(section) - {"domains", "methods", "seeds"})
+    if unknown:
+        raise ValueError(f"the preset's reproduce section has unknown keys {unknown}; known: domains, methods, seeds")
+    domains = list(section.get("domains") or [d for d in data["domains"] if d != "toy"] or list(data["domains"]))
+    missing = sorted(set(domains) - set(data["domains"]))
+    if missing:
+        raise ValueError(f"the preset's reproduce section names domains {missing} it has no section for")
+    return {"domains": domains, "methods": list(section.get("methods") or METHODS),
+            "seeds": [int(s) for s in section.get("seeds") or DEFAULT_SEEDS]}
 
 
 def reusable(job: Job) -> bool:
@@ -314,10 +335,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-root", default="runs", help="run directories and executed notebooks go here")
     parser.add_argument("--figures", default=None, help="figures (PNG, PDF) and tables (MD, CSV) go here "
                         "(default: figures/ for the cpu preset, figures/<preset>/ for any other)")
-    parser.add_argument("--domains", nargs="*", help="default: the preset's domains except toy")
-    parser.add_argument("--methods", nargs="*", help=f"default: all ({', '.join(METHODS)})")
-    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2],
-                        help="run seeds (default: 0 1 2; every table interval is over seeds x test problems)")
+    parser.add_argument("--domains", nargs="*", help="default: the preset's reproduce.domains, else its domains "
+                        "except toy")
+    parser.add_argument("--methods", nargs="*", help=f"default: the preset's reproduce.methods, else all "
+                        f"({', '.join(METHODS)})")
+    parser.add_argument("--seeds", nargs="*", type=int, default=None,
+                        help="run seeds (default: the preset's reproduce.seeds, else 0 1 2; every table interval "
+                             "is over seeds x test problems)")
     parser.add_argument("--reuse-foreign-runs", action="store_true",
                         help="keep finished runs made by other code or another sampler (always reported); "
                              "without it they are made again")

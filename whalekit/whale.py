@@ -55,6 +55,9 @@ class RunConfig:
     # VLLMSampler options (vllm / auto samplers): gpu_memory_fraction (vLLM's share of a GPU it
     # shares with the trainer), max_model_len, kv_cache_gib (CPU), dtype, enforce_eager, ...
     vllm_options: dict[str, Any] = field(default_factory=dict)
+    # Mechanics presets only (smoke): no turn samples more new tokens than this, whatever the
+    # harness asks (the tiny random model never samples EOS). None: the harness's limits stand.
+    max_new_tokens_cap: int | None = None
     # mode rollouts (one shared rollout budget) | weight_steps (equal RSFT batches, search on top);
     # an int is a rollouts-mode budget of that many rollouts.
     budget: BudgetConfig = field(default_factory=BudgetConfig)
@@ -129,8 +132,8 @@ def resolve_config(preset: str = "cpu", domain: str = "chess", method: str = "wh
     """Preset file values, then the domain's section, then explicit overrides."""
     data = load_preset(preset)
     domains = data.pop("domains", {})
-    data.pop("grid", None)
-    data.pop("notes", None)
+    for key in ("grid", "notes", "reproduce"):  # read by the CLI's grid and by whalekit.reproduce, not a run's
+        data.pop(key, None)
     if domain not in domains:
         raise ValueError(f"preset {preset!r} has no section for domain {domain!r}; it has {sorted(domains)}")
     layers = [data, dict(domains[domain]), dict(overrides)]
@@ -243,6 +246,7 @@ class _Driver:
                 if config.sampler != "hf" else load_policy(config.model)
         self.policy = policy
         self.sampler = policy.sampler
+        self.sampler.max_new_tokens_cap = config.max_new_tokens_cap
         self.budget = RolloutBudget(config.budget.rollout_total)
         self.h0_source = self.domain.initial_harness_source()
         self.seed_id = harness_id(self.h0_source)  # h0: shipped with whalekit, the only trusted harness
