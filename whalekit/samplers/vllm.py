@@ -62,13 +62,17 @@ class VLLMSampler(Sampler):
         left to a trainer colocated on the same GPU.
     enforce_eager: None = eager on CPU (17 s start-up instead of 86 s with compilation),
         CUDA graphs on GPU.
+    lora_rank: None = weights sync merged (`load_weights`). An int: vLLM's own LoRA support
+        is on for adapters up to that rank, and a LoRA trainer syncs by handing over its
+        adapter (`load_lora_adapter`, a few MB) instead of merged weights; vLLM then applies
+        it at run time (punica kernels), which costs some decoding speed (bench/weight_sync.py).
     """
 
     def __init__(self, model_path: str | Path, tokenizer: Any = None, *, dtype: str = "auto",
                  max_model_len: int = 4096, seed: int = 0, kv_cache_gib: float | None = None,
                  gpu_memory_fraction: float = 0.35, enforce_eager: bool | None = None,
                  cpu_threads: str | None = None, max_num_seqs: int = 256, cpu_setup: bool = True,
-                 engine_kwargs: Mapping[str, Any] | None = None):
+                 lora_rank: int | None = None, engine_kwargs: Mapping[str, Any] | None = None):
         from whalekit.models import cache_dir, load_tokenizer
 
         self.model_path = Path(model_path)
@@ -99,6 +103,9 @@ class VLLMSampler(Sampler):
         kwargs["enable_prefix_caching"] = True  # a turn's prompt starts with the previous turn's: reuse its KV
         # weight sync through shared memory (whalekit.samplers.vllm_sync), a method of the engine's worker
         kwargs["worker_extension_cls"] = "whalekit.samplers.vllm_sync.WorkerWeightSync"
+        self.lora_rank = lora_rank
+        if lora_rank is not None:  # one adapter at a time: the trainer's current one (and the one it replaces)
+            kwargs.update(enable_lora=True, max_lora_rank=int(lora_rank), max_loras=1, max_cpu_loras=2)
         kwargs.update(engine_kwargs or {})
         with _preloading(self.preloaded):
             self.llm = vllm.LLM(**kwargs)
@@ -107,6 +114,8 @@ class VLLMSampler(Sampler):
         self._in_flight: dict[str, str] = {}  # vLLM request id -> the engine's key, for submit/poll
         self._submitted = 0
         self._shared: Any = None  # the shared-memory weight buffer, made at the first sync
+        self._lora: Any = None  # the LoRARequest every new request carries (None: the engine's own weights)
+        self.base_modified = False  # merged weights were loaded: an adapter for the base would not apply
 
     # -- sampling -----------------------------------------------------------------------
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
@@ -117,7 +126,7 @@ class VLLMSampler(Sampler):
 
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]  # type: ignore[typeddict-item]
         sampling = [self._sampling_params(r, params, row) for row, r in enumerate(requests)]
-        outputs = self.llm.generate(prompts, sampling, use_tqdm=False)
+        outputs = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=self._lora)
         return [self._completion(out.outputs[0]) for out in outputs]
 
     continuous = True
@@ -134,7 +143,7 @@ class VLLMSampler(Sampler):
         request_id = f"whalekit-{self._submitted}"
         self._submitted += 1
         prompt = TokensPrompt(prompt_token_ids=list(request.prompt_ids))  # type: ignore[typeddict-item]
-        self.llm.llm_engine.add_request(request_id, prompt, sampling)
+        self.llm.llm_engine.add_request(request_id, prompt, sampling, lora_request=self._lora)
         self._in_flight[request_id] = key
 
     def poll(self) -> list[tuple[str, Completion]]:
@@ -221,7 +230,34 @@ class VLLMSampler(Sampler):
         layout = self._shared.write(tensors, also=_fused_partners(tensors, self.weight_names))
         self.llm.collective_rpc("whalekit_load_shared_weights", args=(self._shared.path, layout))
         self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
+        self._lora, self.base_modified = None, True  # the merged weights already hold any adapter
         self.version += 1
+        self.last_sync_seconds = time.perf_counter() - start
+
+    def load_lora_adapter(self, adapter_dir: str | Path) -> None:
+        """Sample from now on with the PEFT adapter saved in `adapter_dir` (adapter_config.json +
+        adapter_model.safetensors) on top of the engine's base weights: vLLM loads it now
+        (`add_lora`, so the sync's time is counted here, not at the next request) under a new
+        adapter id, so the prefix cache never mixes KV blocks of two adapters. Only for an
+        engine started with `lora_rank` whose base weights were never replaced."""
+        if self.lora_rank is None:
+            raise RuntimeError("load_lora_adapter: this engine was started without LoRA support "
+                               "(vllm_options.lora_rank)")
+        if self.base_modified:
+            raise RuntimeError("load_lora_adapter: merged weights were loaded into this engine, so an adapter "
+                               "for the base model would not apply; sync merged weights instead")
+        self._check_idle("load_lora_adapter")
+        from vllm.lora.request import LoRARequest
+
+        start = time.perf_counter()
+        adapter_id = self.version + 1
+        request = LoRARequest(f"whalekit-{adapter_id}", adapter_id, str(adapter_dir))
+        if not self.llm.llm_engine.add_lora(request):
+            raise RuntimeError(f"vLLM did not load the LoRA adapter in {adapter_dir}")
+        if self._lora is not None:
+            self.llm.llm_engine.remove_lora(self._lora.lora_int_id)
+        self._lora = request
+        self.version = adapter_id
         self.last_sync_seconds = time.perf_counter() - start
 
     def close(self) -> None:
