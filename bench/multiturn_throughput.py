@@ -31,6 +31,11 @@ matmul runs at 1.3 GFLOP/s, so the bf16 ceiling of issue 18 does not apply to th
   vLLM's CPU set-up off (no tcmalloc / libiomp preload; threads still bound): lock-step 33.3 tok/s
   (8.6 % of a 385 tok/s ceiling measured in that run), 44.1 s against 45.7 s with it on, for as many
   prompt tokens: no effect beyond the noise on this workload (the tok/s differ by the sampled lengths).
+    cd bench && flock /tmp/whalekit-cpu.lock python -u multiturn_throughput.py --episodes 256 --repeats 1
+  (2026-12-01, quiet machine) fp32 matmul 127.2 GFLOP/s -> ceiling 473 tok/s; 256 episodes (2.00 turns,
+  1.00 tool call each, ~80k prompt tokens): lock-step 50.5 tok/s (10.7 %), 142.5 s, engine busy 92 %;
+  continuous 50.1 tok/s (10.6 %), 147.9 s, engine busy 95 %: 0.99x. The 35 %-of-ceiling target is
+  not met: the engine is computing prompts, not idle (below).
 
 Why continuous does not beat lock-step here: the engine is busy 91-97 % of the wall time in both
 schedules, so overlapping tool calls and harness work with sampling can win at most the ~9 % left.

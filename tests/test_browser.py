@@ -213,6 +213,10 @@ def test_the_trace_viewer_opens_on_a_tool_call_and_follows_a_run_switch(lab):
     for expected in ("math/whale-0.5,2-s0", "★ accepted", "tool call calculator", "verdict: correct",
                      "behaviour flags: answered=True", "task math-seven"):
         assert expected in first, expected
+    broken = _script(driver, """
+        done([...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .wk-head span')]
+             .filter(s => s.getClientRects().length > 1).map(s => s.textContent));""")
+    assert broken == [], f"header fields broken over lines: {broken}"
     panel = driver.find_element(By.CSS_SELECTOR, ".jp-NotebookPanel:not(.lm-mod-hidden)")
     run_menu = [s for s in panel.find_elements(By.CSS_SELECTOR, ".widget-dropdown select")][0]
     Select(run_menu).select_by_visible_text("toy/whale-0.5,2-s0")

@@ -41,7 +41,7 @@ _STYLE = ("<style>.wk-trace{font-family:sans-serif;font-size:13px;max-width:980p
           ".wk-tok{border-right:1px solid #9C9}.wk-prefill{color:#888;font-style:italic}"
           ".wk-special{font-size:10px;color:#555;background:#E4E4E4;border:1px solid #AAA;border-radius:3px;"
           "padding:0 3px;margin:0 2px;font-style:normal}"
-          ".wk-head td{padding:0 10px 0 0;text-align:left}"
+          ".wk-head{display:flex;flex-wrap:wrap;gap:2px 14px;margin:2px 0 4px}.wk-head span{white-space:nowrap}"
           ".wk-diff{overflow:auto;max-height:560px;max-width:100%;border:1px solid #DDD}"
           ".wk-diff table.diff{font-size:11px;font-family:monospace;border-collapse:collapse;table-layout:auto}"
           ".wk-diff table.diff td,.wk-diff table.diff th{text-align:left !important;white-space:pre !important;"
@@ -136,10 +136,12 @@ def trajectory_html(trajectory: Trajectory, accepted: bool | None = None, tokeni
     colour = "#1B7F1B" if trajectory.correct else "#B22222"
     trained_tokens = sum(len(t.completion_ids) for t, on in zip(trajectory.turns, trained) if on)
     flags = ", ".join(f"{_esc(k)}={_esc(v)}" for k, v in sorted(trajectory.flags.items())) or "none"
-    head = (f"<table class='wk-head'><tr><td><b>{_esc(title or trajectory.task_id)}</b></td>"
-            f"<td>task {_esc(trajectory.task_id)}</td>"
-            f"<td>harness {_esc(trajectory.harness_id)}</td><td>sample {trajectory.sample_index}</td>"
-            f"<td>weights v{trajectory.policy_version}</td><td>subset {_esc(trajectory.subset)}</td></tr></table>"
+    # A wrapping row of unbreakable fields: JupyterLab's table styling would squeeze a table's cells
+    # into broken words ("task math-" / "seven") next to a long title.
+    head = (f"<div class='wk-head'><span><b>{_esc(title or trajectory.task_id)}</b></span>"
+            f"<span>task {_esc(trajectory.task_id)}</span>"
+            f"<span>harness {_esc(trajectory.harness_id)}</span><span>sample {trajectory.sample_index}</span>"
+            f"<span>weights v{trajectory.policy_version}</span><span>subset {_esc(trajectory.subset)}</span></div>"
             f"<div>verdict: <b style='color:{colour}'>{verdict}</b> (reward {trajectory.reward:g}); "
             f"final answer: <code>{_esc(trajectory.final_answer)}</code>"
             + (f"; ended: <code>{_esc(trajectory.error)}</code>" if trajectory.error else "") + "</div>"
