@@ -51,6 +51,8 @@ def test_the_smoke_preset_reproduces_every_method_once_on_one_domain(tmp_path, m
     assert sorted(main) == sorted(("math", m, 0) for m in reproduce.METHODS)
     assert {p["domain"] for p in runs} == {"math", "toy"}  # toy: the schedule grid
     assert all(p["figures"].endswith("figures/smoke") for p in runs)  # never over the committed figures
+    assert reproduce.run_set_defaults(load_preset("smoke"))["parallel"] == 2
+    assert reproduce.run_set_defaults(load_preset("cpu"))["parallel"] == 1  # SmolLM2's matmuls fill the cores
 
 
 def test_a_preset_reproduce_section_with_unknown_keys_or_domains_is_refused():
@@ -131,6 +133,50 @@ def test_run_jobs_prints_stage_lines_and_overall_progress_with_an_eta(tmp_path, 
     reproduce.run_jobs(jobs, log=again.append, watch_interval_s=0.01)
     assert sum("reused (run finished)" in line for line in again) == len(run_jobs)
     assert not any(line.startswith("  ") for line in again)  # a reused run is not watched
+
+
+def test_parallel_runs_overlap_but_the_quickstart_comes_first_and_the_analysis_last(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    jobs = _plan(tmp_path, methods=("whale", "weight_only", "harness_only"))
+    running, events, lock = set(), [], threading.Lock()
+
+    def fake_execute(job, notebook_dir, kernel):
+        with lock:
+            running.add(job.label)
+            events.append(("start", job.notebook, len(running)))
+        time.sleep(0.3)
+        if job.run_dir is not None:
+            _run_for(job, prov.provenance("hf"))
+        for path in [*job.expected, job.output]:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("x")
+        with lock:
+            running.discard(job.label)
+            events.append(("end", job.notebook, len(running)))
+
+    monkeypatch.setattr(reproduce, "execute", fake_execute)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    seen_threads = []
+    monkeypatch.setattr(reproduce, "reusable", lambda job: seen_threads.append(os.environ.get("OMP_NUM_THREADS")))
+    lines: list[str] = []
+    timings = reproduce.run_jobs(jobs, log=lines.append, watch_interval_s=0.01, parallel=2)
+    # each kernel gets its share of the cores while runs overlap; the environment is restored after
+    assert set(seen_threads) == {str(max(1, (os.cpu_count() or 1) // 2))} and "OMP_NUM_THREADS" not in os.environ
+    starts = [(notebook, n) for kind, notebook, n in events if kind == "start"]
+    assert starts[0] == (reproduce.QUICKSTART, 1)
+    assert max(n for notebook, n in starts if notebook == reproduce.DOMAIN_RUN) == 2  # two runs at once
+    assert all(n == 1 for notebook, n in starts if notebook != reproduce.DOMAIN_RUN)  # the rest alone
+    last_run_end = max(i for i, (kind, notebook, _) in enumerate(events)
+                       if kind == "end" and notebook == reproduce.DOMAIN_RUN)
+    first_analysis = min(i for i, (kind, notebook, _) in enumerate(events)
+                         if kind == "start" and notebook in reproduce.ANALYSIS)
+    assert first_analysis > last_run_end
+    assert [t["label"] for t in timings] == [j.label for j in jobs]  # in plan order, whatever finished first
+    assert sum(line.startswith("[") for line in lines) == len(jobs)
+    with pytest.raises(ValueError):
+        reproduce.run_jobs(jobs, parallel=0)
 
 
 @pytest.mark.parametrize("reuse", [False, True])

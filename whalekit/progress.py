@@ -146,12 +146,13 @@ class RunWatcher:
 class OverallProgress:
     """`make reproduce` across jobs: after each job, a line with jobs done / total, the
     share of the work done, elapsed time and an ETA at the seconds per unit of work measured
-    on the jobs actually executed. `costs` gives each job's work (e.g. its rollout budget;
-    0 for cheap analysis notebooks)."""
+    on the jobs actually executed (divided by the jobs that run at once). `costs` gives each
+    job's work (e.g. its rollout budget; 0 for cheap analysis notebooks)."""
 
-    def __init__(self, costs: Sequence[float], clock: Callable[[], float] = time.monotonic):
+    def __init__(self, costs: Sequence[float], clock: Callable[[], float] = time.monotonic, parallel: int = 1):
         self.costs = [float(c) for c in costs]
         self.clock = clock
+        self.parallel = max(1, parallel)  # jobs running at once: each job's wall time overlaps the others'
         self.started = clock()
         self.finished: set[int] = set()
         self.measured_cost = 0.0
@@ -167,7 +168,7 @@ class OverallProgress:
         total = sum(self.costs)
         done = total - left
         rate = self.measured_s / self.measured_cost if self.measured_cost else None
-        eta = None if rate is None else left * rate
+        eta = None if rate is None else left * rate / self.parallel
         if not left:
             eta = 0.0
         what = "reused (run finished)" if reused else f"{wall_s:.1f} s"

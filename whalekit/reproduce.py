@@ -23,7 +23,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,21 +197,24 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
 DEFAULT_SEEDS = (0, 1, 2)
 
 
-def run_set_defaults(data: dict[str, Any]) -> dict[str, list[Any]]:
+def run_set_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """The run set a preset reproduces when the command line names none: its `reproduce`
-    section's domains, methods and seeds, else its domains except the toy one (which exists
-    for mechanics, unless it is all there is), every method and seeds 0 1 2. The smoke preset
-    names a small set (one domain, one seed) so that its pass takes minutes."""
+    section's domains, methods, seeds and notebooks at once (`parallel`), else its domains
+    except the toy one (which exists for mechanics, unless it is all there is), every
+    method, seeds 0 1 2, one notebook at a time. The smoke preset names a small set (one
+    domain, one seed, two at once) so that its pass takes minutes."""
     section = data.get("reproduce") or {}
-    unknown = sorted(set(section) - {"domains", "methods", "seeds"})
+    unknown = sorted(set(section) - {"domains", "methods", "seeds", "parallel"})
     if unknown:
-        raise ValueError(f"the preset's reproduce section has unknown keys {unknown}; known: domains, methods, seeds")
+        raise ValueError(f"the preset's reproduce section has unknown keys {unknown}; "
+                         "known: domains, methods, seeds, parallel")
     domains = list(section.get("domains") or [d for d in data["domains"] if d != "toy"] or list(data["domains"]))
     missing = sorted(set(domains) - set(data["domains"]))
     if missing:
         raise ValueError(f"the preset's reproduce section names domains {missing} it has no section for")
     return {"domains": domains, "methods": list(section.get("methods") or METHODS),
-            "seeds": [int(s) for s in section.get("seeds") or DEFAULT_SEEDS]}
+            "seeds": [int(s) for s in section.get("seeds") or DEFAULT_SEEDS],
+            "parallel": int(section.get("parallel", 1))}
 
 
 def reusable(job: Job) -> bool:
@@ -290,26 +294,83 @@ def execute(job: Job, notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3"
 
 
 def run_jobs(jobs: list[Job], notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3",
-             log: Callable[[str], None] = print, watch_interval_s: float = 5.0) -> list[dict[str, Any]]:
+             log: Callable[[str], None] = print, watch_interval_s: float = 5.0,
+             parallel: int = 1) -> list[dict[str, Any]]:
     """Execute the jobs in order: a line per stage a run finishes (read from its events,
     the notebook's own output is not shown) and a line per job with the overall share of
-    the work done and an ETA (whalekit.progress); returns and saves the timings."""
+    the work done and an ETA (whalekit.progress); returns and saves the timings.
+    `parallel` > 1 runs that many domain-run notebooks at once (each in its own kernel);
+    the quickstart still runs first and the analysis notebooks after every run. Worth it
+    where a run's time is mostly one-threaded Python (imports, the tiny model: the smoke
+    preset), not where the model's matmuls already fill every core (cpu preset)."""
+    import threading
+
     from whalekit.progress import OverallProgress, RunWatcher, job_costs
 
-    overall = OverallProgress(job_costs(jobs))
-    timings = []
-    for index, job in enumerate(jobs):
+    if parallel < 1:
+        raise ValueError(f"parallel must be at least 1, got {parallel}")
+    overall = OverallProgress(job_costs(jobs), parallel=parallel)
+    timings: list[dict[str, Any]] = [{} for _ in jobs]
+    lock = threading.Lock()
+
+    def one(index: int) -> None:
+        job = jobs[index]
         started = time.perf_counter()
         reused = reusable(job)
         if not reused:
             with RunWatcher(job.run_dir, _prefixed(log, f"  {job.label}: "), watch_interval_s):
                 execute(job, notebook_dir, kernel)
         wall = time.perf_counter() - started
-        timings.append({"notebook": job.notebook, "label": job.label, "wall_s": round(wall, 1), "reused": reused})
-        log(overall.finish(index, job.label, wall, reused))
+        with lock:
+            timings[index] = {"notebook": job.notebook, "label": job.label, "wall_s": round(wall, 1),
+                              "reused": reused}
+            log(overall.finish(index, job.label, wall, reused))
+
+    with _threads_per_kernel(parallel):
+        _run_in_batches(jobs, one, parallel)
     if jobs:
         write_timings(timings, jobs[0].output.parent)
     return timings
+
+
+@contextmanager
+def _threads_per_kernel(parallel: int) -> Iterator[None]:
+    """With `parallel` kernels at once, each kernel's OpenMP / MKL threads get an equal share
+    of the cores (kernels inherit the environment): `parallel` kernels each spinning a
+    thread per core thrash the cores (measured on 2 cores: a smoke run took 145 s instead of
+    25). Values the user set are kept; the environment is restored afterwards."""
+    names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {name: os.environ.get(name) for name in names}
+    if parallel > 1:
+        for name in names:
+            os.environ.setdefault(name, str(max(1, (os.cpu_count() or 1) // parallel)))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _run_in_batches(jobs: list[Job], one: Callable[[int], None], parallel: int) -> None:
+    """Jobs in order, except that consecutive domain-run jobs run `parallel` at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    index = 0
+    while index < len(jobs):
+        batch = [index]
+        while parallel > 1 and jobs[index].notebook == DOMAIN_RUN and batch[-1] + 1 < len(jobs) \
+                and jobs[batch[-1] + 1].notebook == DOMAIN_RUN:
+            batch.append(batch[-1] + 1)
+        if len(batch) == 1:
+            one(index)
+        else:
+            with ThreadPoolExecutor(max_workers=parallel) as pool:
+                for future in [pool.submit(one, i) for i in batch]:
+                    future.result()  # the first failure is raised once the running jobs end
+        index = batch[-1] + 1
 
 
 def _prefixed(log: Callable[[str], None], prefix: str) -> Callable[[str], None]:
@@ -330,6 +391,8 @@ def write_timings(timings: list[dict[str, Any]], folder: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from whalekit.presets import load_preset
+
     parser = argparse.ArgumentParser(prog="python -m whalekit.reproduce", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="cpu", help="smoke | cpu | paper, or a preset YAML file")
     parser.add_argument("--runs-root", default="runs", help="run directories and executed notebooks go here")
@@ -346,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep finished runs made by other code or another sampler (always reported); "
                              "without it they are made again")
     parser.add_argument("--no-grid", action="store_true", help="leave out the schedule grid's runs and notebook")
+    parser.add_argument("--parallel", type=int, default=None,
+                        help="domain-run notebooks executed at once (default: the preset's reproduce.parallel, "
+                             "else 1)")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel that executes the notebooks")
     parser.add_argument("--dry-run", action="store_true", help="list the notebook executions and stop")
     args = parser.parse_args(argv)
@@ -359,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     handle_foreign_runs(jobs, args.reuse_foreign_runs, log=lambda line: print(line, flush=True))
     started = time.perf_counter()
-    run_jobs(jobs, kernel=args.kernel, log=lambda line: print(line, flush=True))
+    parallel = args.parallel if args.parallel is not None else run_set_defaults(load_preset(args.preset))["parallel"]
+    run_jobs(jobs, kernel=args.kernel, log=lambda line: print(line, flush=True), parallel=parallel)
     figures = jobs[0].parameters["figures"]
     print(f"done in {time.perf_counter() - started:.0f} s: figures and tables in {figures}, "
           f"executed notebooks and timings.md in {jobs[0].output.parent}", flush=True)
