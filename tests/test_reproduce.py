@@ -179,6 +179,29 @@ def test_parallel_runs_overlap_but_the_quickstart_comes_first_and_the_analysis_l
         reproduce.run_jobs(jobs, parallel=0)
 
 
+def test_a_failed_parallel_run_stops_the_runs_not_yet_started(tmp_path, monkeypatch):
+    import time
+
+    jobs = _plan(tmp_path, methods=("whale", "weight_only", "harness_only", "stagewise"))
+    started = []
+    runs = [j.label for j in jobs if j.notebook == reproduce.DOMAIN_RUN]
+
+    def fake_execute(job, notebook_dir, kernel):
+        started.append(job.label)
+        time.sleep(0.1)
+        if job.label == runs[0]:
+            raise RuntimeError("the notebook failed")
+        for path in [*job.expected, job.output]:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("x")
+
+    monkeypatch.setattr(reproduce, "execute", fake_execute)
+    with pytest.raises(RuntimeError, match="the notebook failed"):
+        reproduce.run_jobs(jobs, log=lambda line: None, watch_interval_s=0.01, parallel=2)
+    assert len(runs) == 4 and set(started) & set(runs) == set(runs[:2])  # the two running ones, no more
+    assert not any(label in reproduce.ANALYSIS for label in started)
+
+
 @pytest.mark.parametrize("reuse", [False, True])
 def test_a_run_of_the_current_code_is_never_reported(tmp_path, reuse):
     jobs = _plan(tmp_path, methods=["whale"])

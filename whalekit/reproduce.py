@@ -356,8 +356,6 @@ def _threads_per_kernel(parallel: int) -> Iterator[None]:
 
 def _run_in_batches(jobs: list[Job], one: Callable[[int], None], parallel: int) -> None:
     """Jobs in order, except that consecutive domain-run jobs run `parallel` at a time."""
-    from concurrent.futures import ThreadPoolExecutor
-
     index = 0
     while index < len(jobs):
         batch = [index]
@@ -367,10 +365,27 @@ def _run_in_batches(jobs: list[Job], one: Callable[[int], None], parallel: int) 
         if len(batch) == 1:
             one(index)
         else:
-            with ThreadPoolExecutor(max_workers=parallel) as pool:
-                for future in [pool.submit(one, i) for i in batch]:
-                    future.result()  # the first failure is raised once the running jobs end
+            _run_at_once(batch, one, parallel)
         index = batch[-1] + 1
+
+
+def _run_at_once(indices: list[int], one: Callable[[int], None], parallel: int) -> None:
+    """`one(i)` for each index, `parallel` at a time, started in order. A job is started only
+    when a slot frees and nothing has failed; after a failure the running jobs end (their
+    runs are kept, a later pass reuses them) and the first failure is raised."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+    pending = list(indices)
+    running: set[Future[None]] = set()
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        while pending or running:
+            while pending and len(running) < parallel:
+                running.add(pool.submit(one, pending.pop(0)))
+            done, running = wait(running, return_when=FIRST_COMPLETED)
+            failed = [f.exception() for f in done if f.exception() is not None]
+            if failed:
+                wait(running)
+                raise failed[0]  # type: ignore[misc]
 
 
 def _prefixed(log: Callable[[str], None], prefix: str) -> Callable[[str], None]:
