@@ -180,17 +180,21 @@ def test_parallel_runs_overlap_but_the_quickstart_comes_first_and_the_analysis_l
 
 
 def test_a_failed_parallel_run_stops_the_runs_not_yet_started(tmp_path, monkeypatch):
+    import threading
     import time
 
     jobs = _plan(tmp_path, methods=("whale", "weight_only", "harness_only", "stagewise"))
-    started = []
+    started, failed = [], threading.Event()
     runs = [j.label for j in jobs if j.notebook == reproduce.DOMAIN_RUN]
 
     def fake_execute(job, notebook_dir, kernel):
         started.append(job.label)
-        time.sleep(0.1)
         if job.label == runs[0]:
+            failed.set()
             raise RuntimeError("the notebook failed")
+        if job.label == runs[1]:  # still running when the failure is seen: no slot frees for a third run
+            failed.wait(5)
+            time.sleep(0.5)
         for path in [*job.expected, job.output]:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("x")
