@@ -270,6 +270,8 @@ class RSFTTrainer:
             self.optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps)))
         self.state = TrainerState()
         self.synced = False  # the sampler got every tensor once from this trainer (later LoRA syncs send fewer)
+        self._adapter_dir: Path | None = None  # the adapter the sampler holds (adapter syncs only)
+        self._adapter_cleanup: Callable[[], Any] | None = None  # removes that folder (now, or with the trainer)
         self.pad_id = policy.tokenizer.pad_token_id
 
     # -- data order ---------------------------------------------------------------------
@@ -424,12 +426,12 @@ class RSFTTrainer:
             raise ValueError(f"rsft.lora_r {self.config.lora_r} exceeds the sampler's lora_rank "
                              f"{self.sampler.lora_rank}: raise vllm_options.lora_rank")
         folder = Path(tempfile.mkdtemp(prefix="whalekit-adapter-", dir=shared_memory_dir()))
-        weakref.finalize(self, shutil.rmtree, folder, True)  # the last one goes with the trainer
+        cleanup = weakref.finalize(self, shutil.rmtree, folder, True)  # at the latest with the trainer
         self.model.save_pretrained(folder)
         self.sampler.load_lora_adapter(folder)
-        previous, self._adapter_dir = getattr(self, "_adapter_dir", None), folder
-        if previous is not None:
-            shutil.rmtree(previous, ignore_errors=True)
+        if self._adapter_cleanup is not None:
+            self._adapter_cleanup()  # the sampler holds the new adapter in memory: the previous folder goes now
+        self._adapter_dir, self._adapter_cleanup = folder, cleanup
 
     # -- checkpoints --------------------------------------------------------------------
     def save_checkpoint(self, directory: Path) -> None:
