@@ -46,6 +46,13 @@ matmul runs at 1.3 GFLOP/s, so the bf16 ceiling of issue 18 does not apply to th
   (13.7 %): 1.14x. 256 episodes: lock-step 86.7 tok/s (19.3 %), continuous 82.1 tok/s (18.3 %):
   0.95x (per-run walls 74.8-91.7 s, against 142.5 / 147.9 s with 128-token blocks above).
 
+    cd bench && flock /tmp/whalekit-cpu.lock python -u multiturn_throughput.py --episodes 64 --repeats 2 --compile
+  (torch.compile instead of eager) start-up 159.6 s; 64 episodes: lock-step 61.0 tok/s, continuous
+  54.6 tok/s, against 54.1 / 61.7 eager in the run above: no gain beyond the noise, so CPU stays eager.
+  On a real workload, `whalekit eval --domain math --harness whalekit/domains/math/harnesses/h0.py
+  --split search --samples 4 --preset cpu` (192 episodes, ~97 generated tokens each): 129.7 s of
+  sampling with 32-token blocks, 176.7 s with `--set "vllm_options={engine_kwargs: {block_size: 128}}"`.
+
 Why continuous does not beat lock-step here: the engine is busy 87-97 % of the wall time in both
 schedules, so overlapping tool calls and harness work with sampling can win at most the ~10 % left.
 The work is prompt computation: each episode sends ~310 prompt tokens over its two turns (~80k at 256
@@ -156,6 +163,8 @@ def main() -> None:
                         help="off: vLLM without the preloaded tcmalloc / Intel OpenMP (to measure what they buy)")
     parser.add_argument("--block-size", type=int, default=None,
                         help="KV block size (default: the sampler's, 32 on CPU; vLLM's CPU default is 128)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model in vLLM (the CPU default is eager: a faster start)")
     args = parser.parse_args()
 
     import torch
@@ -169,6 +178,7 @@ def main() -> None:
     start = time.perf_counter()
     engine_kwargs = {"block_size": args.block_size} if args.block_size else {}
     policy = load_policy(args.model, sampler="vllm", vllm_options={"dtype": dtype, "engine_kwargs": engine_kwargs,
+                                                                   "enforce_eager": not args.compile,
                                                                    "cpu_setup": args.cpu_setup == "on"})
     sampler = policy.sampler
     startup = time.perf_counter() - start
@@ -177,7 +187,8 @@ def main() -> None:
     print(f"model {args.model} ({n_params / 1e6:.1f} M parameters, vLLM {dtype}), math {args.harness}, "
           f"{torch.get_num_threads()} threads; vLLM start-up {startup:.1f} s, KV cache {sampler.kv_cache_gib} GiB, "
           f"preloaded: {', '.join(sampler.preloaded) or 'nothing'}, KV block "
-          f"{sampler.llm.llm_engine.vllm_config.cache_config.block_size} tokens")
+          f"{sampler.llm.llm_engine.vllm_config.cache_config.block_size} tokens, "
+          f"{'compiled' if args.compile else 'eager'}")
     print(f"{dtype} matmul: {flops / 1e9:.1f} GFLOP/s -> compute ceiling {ceiling:.0f} generated tok/s "
           f"(bf16 matmul {bf16_flops / 1e9:.1f} GFLOP/s -> {bf16_flops / (2 * n_params):.0f} tok/s)")
     one_run(domain, runtime, tasks[:8], sampler, args.schedules[-1], seed=99)  # warm-up, not counted

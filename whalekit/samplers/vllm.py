@@ -69,8 +69,8 @@ class VLLMSampler(Sampler):
         vLLM's own defaults (for measuring what the set-up buys).
     gpu_memory_fraction: GPU only, the share of GPU memory vLLM may take; the rest is
         left to a trainer colocated on the same GPU.
-    enforce_eager: None = eager on CPU (17 s start-up instead of 86 s with compilation),
-        CUDA graphs on GPU.
+    enforce_eager: None = eager on CPU (a start-up of seconds instead of minutes, and compiling
+        decoded no faster there: bench/multiturn_throughput.py --compile), CUDA graphs on GPU.
     lora_rank: None = weights sync merged (`load_weights`). An int: vLLM's own LoRA support
         is on for adapters up to that rank, and a LoRA trainer syncs by handing over its
         adapter (`load_lora_adapter`, a few MB) instead of merged weights; vLLM then applies
