@@ -52,6 +52,32 @@ def test_a_run_without_timing_in_its_events_says_so_in_the_table():
     assert "old-run" in table and "no timing" in table
 
 
+def test_events_carry_the_prompt_tokens_sent_since_the_last_one_and_the_share_the_prefix_cache_served(tmp_path):
+    from whalekit.runs import RunDir
+
+    class CountingSampler:  # what VLLMSampler counts: prompt tokens sent, and served from its prefix cache
+        prompt_tokens = cached_prompt_tokens = 0
+
+    sampler, run = CountingSampler(), RunDir(tmp_path / "run")
+    log = timing.timed_log(run, timing.PhaseClock(), sampler)
+    sampler.prompt_tokens, sampler.cached_prompt_tokens = 1000, 600
+    log("rsft_batch")
+    log("stage_end")  # nothing sampled in between: no counts
+    sampler.prompt_tokens, sampler.cached_prompt_tokens = 1500, 1000
+    log("test_eval")
+    events = run.events()
+    assert [e.get("prompt_cache") for e in events] == [{"sent": 1000, "cached": 600}, None,
+                                                       {"sent": 500, "cached": 400}]
+    assert timing.run_prompt_cache(events) == {"sent": 1500, "cached": 1000}
+    assert all("prompt_cache" not in e for e in without_timings(events))  # a resumed run starts cold
+    table = timing.report_timing([run.root])
+    assert "prompt tok (cached)" in table.splitlines()[0] and "1500 (67%)" in table.splitlines()[1]
+    # a sampler that does not count (transformers, Ray workers): no column at all
+    plain = RunDir(tmp_path / "plain")
+    timing.timed_log(plain, timing.PhaseClock(), object())("run_end")
+    assert "prompt_cache" not in plain.events()[0] and "cached" not in timing.report_timing([plain.root])
+
+
 @pytest.mark.timeout(900)
 def test_every_event_of_a_tiny_run_carries_its_phase_seconds_and_report_timing_prints_them(tmp_path, capsys,
                                                                                            monkeypatch):

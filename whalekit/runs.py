@@ -24,7 +24,8 @@ from whalekit.archive import atomic_write as atomic_write_text  # one atomic wri
 from whalekit.types import Trajectory
 
 SCHEMA_VERSION = 1
-TIMING_KEYS = ("wall_s", "sample_seconds", "train_seconds", "time", "timing")  # differ between identical runs
+# differ between identical runs (a resumed run starts with a cold prefix cache, too)
+TIMING_KEYS = ("wall_s", "sample_seconds", "train_seconds", "time", "timing", "prompt_cache")
 
 
 class RunDir:

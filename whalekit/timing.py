@@ -28,6 +28,10 @@ from typing import Any
 # (checkpoints, commits, archive bookkeeping, candidate validation, start-up).
 PHASES = ("sample", "train", "sync", "test_eval", "propose", "checkpoint", "other")
 EVENT_KEY = "timing"  # the field of every run event that holds its phase seconds
+# The field of a run event that holds the prompt tokens sent to the sampler since the
+# previous event and how many of them its prefix cache served (vLLM samplers only):
+# where sampling time goes is mostly a question of how much prompt is computed again.
+CACHE_KEY = "prompt_cache"
 
 
 class PhaseClock:
@@ -100,13 +104,25 @@ def phase(name: str) -> Iterator[None]:
         clock.exit(name)
 
 
-def timed_log(run: Any, clock: PhaseClock) -> Any:
+def timed_log(run: Any, clock: PhaseClock, sampler: Any = None) -> Any:
     """`run.log` with every event carrying the phase seconds since the previous event
-    (the driver's one hook: its events then add up to the run's wall time)."""
+    (the driver's one hook: its events then add up to the run's wall time) and, for a
+    sampler that counts them (`prompt_tokens`, `cached_prompt_tokens`), the prompt tokens
+    it was sent since then and how many its prefix cache served."""
     log = run.log
+    seen = [0, 0]
+
+    def prompt_cache() -> dict[str, dict[str, int]]:
+        sent = getattr(sampler, "prompt_tokens", None)
+        cached = getattr(sampler, "cached_prompt_tokens", None)
+        if not isinstance(sent, int) or not isinstance(cached, int) or sent == seen[0]:
+            return {}
+        delta = {"sent": sent - seen[0], "cached": cached - seen[1]}
+        seen[:] = [sent, cached]
+        return {CACHE_KEY: delta}
 
     def log_with_timing(event: str, **fields: Any) -> dict[str, Any]:
-        return log(event, **fields, **{EVENT_KEY: clock.take()})  # type: ignore[no-any-return]
+        return log(event, **fields, **{EVENT_KEY: clock.take()}, **prompt_cache())  # type: ignore[no-any-return]
 
     return log_with_timing
 
@@ -123,18 +139,37 @@ def run_timing(events: list[dict[str, Any]]) -> dict[str, float]:
     return totals
 
 
-def timing_table(runs: list[tuple[str, dict[str, float]]]) -> str:
-    """One row per run: total seconds, then each phase's seconds and share of the total."""
+def run_prompt_cache(events: list[dict[str, Any]]) -> dict[str, int]:
+    """Prompt tokens sent over a run's events and how many the prefix cache served
+    ({} for runs whose sampler does not count them: transformers, Ray workers)."""
+    totals: dict[str, int] = {}
+    for event in events:
+        for name, count in (event.get(CACHE_KEY) or {}).items():
+            totals[name] = totals.get(name, 0) + int(count)
+    return totals
+
+
+def timing_table(runs: list[tuple[str, dict[str, float]]],
+                 caches: list[dict[str, int]] | None = None) -> str:
+    """One row per run: total seconds, then each phase's seconds and share of the total,
+    and, where any run has them, its prompt tokens and the share its prefix cache served."""
     phases = [p for p in PHASES if any(p in t for _, t in runs)] or list(PHASES[:5])
+    caches = caches or [{} for _ in runs]
+    show_cache = any(caches)
     width = max([len("run")] + [len(name) for name, _ in runs])
     header = f"{'run':<{width}} {'total s':>9}" + "".join(f" {p:>16}" for p in phases)
+    header += f" {'prompt tok (cached)':>20}" if show_cache else ""
     lines = [header]
-    for name, totals in runs:
+    for (name, totals), cache in zip(runs, caches):
         total = sum(totals.values())
         if not totals:
             lines.append(f"{name:<{width}} {'-':>9}  (no timing in its events: recorded before whalekit timed runs)")
             continue
         cells = "".join(f" {_cell(totals.get(p, 0.0), total):>16}" for p in phases)
+        if show_cache:
+            sent = cache.get("sent", 0)
+            served = f"{sent} ({100 * cache.get('cached', 0) / sent:.0f}%)" if sent else "-"
+            cells += f" {served:>20}"
         lines.append(f"{name:<{width}} {total:>9.1f}{cells}")
     return "\n".join(lines)
 
@@ -146,4 +181,6 @@ def _cell(seconds: float, total: float) -> str:
 def report_timing(paths: list[Path]) -> str:
     from whalekit.runs import RunDir
 
-    return timing_table([(str(path), run_timing(RunDir(path).events())) for path in paths])
+    events = [RunDir(path).events() for path in paths]
+    return timing_table([(str(path), run_timing(e)) for path, e in zip(paths, events)],
+                        [run_prompt_cache(e) for e in events])

@@ -228,7 +228,6 @@ class _Driver:
         self.config = config
         self.clock = PhaseClock()  # every event carries the phase seconds since the previous one
         self.run = RunDir(config.run_dir)
-        self.run.log = timed_log(self.run, self.clock)  # type: ignore[method-assign]
         self.domain = get_domain(config.domain, **config.domain_options)
         self.splits = self.domain.load_splits(n_train=config.n_train, n_search=config.n_search,
                                               n_test=config.n_test, seed=config.seed, **config.split_options)
@@ -247,6 +246,7 @@ class _Driver:
         self.policy = policy
         self.sampler = policy.sampler
         self.sampler.max_new_tokens_cap = config.max_new_tokens_cap
+        self.run.log = timed_log(self.run, self.clock, self.sampler)  # type: ignore[method-assign]
         self.budget = RolloutBudget(config.budget.rollout_total)
         self.h0_source = self.domain.initial_harness_source()
         self.seed_id = harness_id(self.h0_source)  # h0: shipped with whalekit, the only trusted harness
