@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.cli_config import CLIError, config_yaml, resolve
+from whalekit.shutdown import exit_on_sigterm
 
 
 def summary_line(run: Any) -> str:
@@ -155,6 +156,8 @@ def _report(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # argparse's own usage errors also exit with status 2
+    if argv is None:  # the `whalekit` command (not a call from Python): a killed run closes its
+        exit_on_sigterm()  # sampler (vLLM's engine process) instead of leaving it behind
     try:
         return int(args.handler(args))
     except CLIError as exc:

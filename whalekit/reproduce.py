@@ -407,6 +407,10 @@ def write_timings(timings: list[dict[str, Any]], folder: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     from whalekit.presets import load_preset
+    from whalekit.shutdown import exit_on_sigterm
+
+    if argv is None:  # `make reproduce`: a killed reproduction shuts its notebook's kernel down
+        exit_on_sigterm()
 
     parser = argparse.ArgumentParser(prog="python -m whalekit.reproduce", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="cpu", help="smoke | cpu | paper, or a preset YAML file")
