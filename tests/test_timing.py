@@ -59,11 +59,12 @@ def test_events_carry_the_prompt_tokens_sent_since_the_last_one_and_the_share_th
         prompt_tokens = cached_prompt_tokens = 0
 
     sampler, run = CountingSampler(), RunDir(tmp_path / "run")
+    sampler.prompt_tokens, sampler.cached_prompt_tokens = 70, 7  # an earlier run's, on the same sampler
     log = timing.timed_log(run, timing.PhaseClock(), sampler)
-    sampler.prompt_tokens, sampler.cached_prompt_tokens = 1000, 600
+    sampler.prompt_tokens, sampler.cached_prompt_tokens = 1070, 607
     log("rsft_batch")
     log("stage_end")  # nothing sampled in between: no counts
-    sampler.prompt_tokens, sampler.cached_prompt_tokens = 1500, 1000
+    sampler.prompt_tokens, sampler.cached_prompt_tokens = 1570, 1007
     log("test_eval")
     events = run.events()
     assert [e.get("prompt_cache") for e in events] == [{"sent": 1000, "cached": 600}, None,

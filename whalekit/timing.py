@@ -110,13 +110,19 @@ def timed_log(run: Any, clock: PhaseClock, sampler: Any = None) -> Any:
     sampler that counts them (`prompt_tokens`, `cached_prompt_tokens`), the prompt tokens
     it was sent since then and how many its prefix cache served."""
     log = run.log
-    seen = [0, 0]
 
-    def prompt_cache() -> dict[str, dict[str, int]]:
+    def counts() -> tuple[int, int] | None:
         sent = getattr(sampler, "prompt_tokens", None)
         cached = getattr(sampler, "cached_prompt_tokens", None)
-        if not isinstance(sent, int) or not isinstance(cached, int) or sent == seen[0]:
+        return (sent, cached) if isinstance(sent, int) and isinstance(cached, int) else None
+
+    seen = list(counts() or (0, 0))  # a sampler reused across runs: only this run's tokens count
+
+    def prompt_cache() -> dict[str, dict[str, int]]:
+        now = counts()
+        if now is None or now[0] == seen[0]:
             return {}
+        sent, cached = now
         delta = {"sent": sent - seen[0], "cached": cached - seen[1]}
         seen[:] = [sent, cached]
         return {CACHE_KEY: delta}
