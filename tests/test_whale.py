@@ -391,3 +391,39 @@ def test_adaptive_harness_stages_run_the_minimum_of_proposer_iterations(tmp_path
                      policy=load_policy("tiny-random"))
     harness = [steps for kind, steps in _stages(run) if kind == "harness"]
     assert harness and all(2 <= steps <= 3 for steps in harness[:-1])  # the last may stop for the budget
+
+
+class _PrototypingProposer:
+    """The reflective proposer, plus one prototype run of the seed harness before each
+    proposal: what an LLM proposer does with its prototyping tool."""
+
+    def __init__(self, inner):
+        self.reflective, self.prototyper, self.prototyped = inner, None, 0
+        self.name = inner.name
+
+    def propose(self, archive, n, budget=None):
+        run = self.prototyper(archive.source(archive.seed_id()), n=2)
+        self.prototyped += len(run.trajectories)
+        return self.reflective.propose(archive, n, budget)
+
+    def context(self, archive):
+        return self.reflective.context(archive)
+
+
+def test_a_proposers_prototype_runs_stay_charged_to_the_budget_across_harness_steps(tmp_path, monkeypatch):
+    from whalekit.proposers.prototype import prototype_rollouts
+
+    made = []
+
+    def prototyping(*args, **kwargs):
+        made.append(_PrototypingProposer(original(*args, **kwargs)))
+        return made[-1]
+
+    original = whale.make_proposer
+    monkeypatch.setattr(whale, "make_proposer", prototyping)
+    run = run_method(_config(tmp_path, "harness_only"), policy=load_policy("tiny-random"))
+    prototyped = sum(p.prototyped for p in made)
+    assert prototyped >= 4 and prototype_rollouts(run.root / "archive") == prototyped  # two steps or more
+    end = run.events("run_end")[-1]
+    assert end["by_phase"]["prototype"] == prototyped
+    assert end["rollouts"] == sum(end["by_phase"].values()) <= end["budget"]

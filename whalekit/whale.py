@@ -360,21 +360,30 @@ class _Driver:
         return self.schedule.next_stage(history, self.budget.total)
 
     def archive_rollouts(self) -> int:
-        """Search rollouts recorded in every archive of the run (all rounds)."""
+        """Search rollouts recorded in every archive of the run (all rounds): candidate
+        evaluations and an LLM proposer's prototype runs alike, both charged to the budget."""
         from whalekit.archive import Archive, archive_folders
+        from whalekit.proposers.prototype import prototype_rollouts
 
         archives = [Archive.open(folder, self.domain.name) for folder in archive_folders(self.archive_root)]
-        return sum(int(score["n"]) for a in archives for e in a.entries() for score in e.scores.values())
+        evaluated = sum(int(score["n"]) for a in archives for e in a.entries() for score in e.scores.values())
+        return evaluated + (prototype_rollouts(self.archive_root) if self.archive_root.exists() else 0)
 
     def restore_budget(self, search_rollouts: int) -> None:
-        """Rollouts spent: what the loaded trainer checkpoint sampled plus `search_rollouts`.
-        A resumed run restores the committed count, so it starts its next stage exactly
-        where the uninterrupted run did; a harness step then charges, as it begins, the
-        evaluations a killed attempt at that very step had already recorded in the archive
-        (the search stage does not redo them), so neither run spends more than the other."""
+        """Rollouts spent: what the loaded trainer checkpoint sampled plus `search_rollouts`
+        (evaluations and prototype runs). A resumed run restores the committed count, so it
+        starts its next stage exactly where the uninterrupted run did; a harness step then
+        charges, as it begins, the evaluations a killed attempt at that very step had already
+        recorded in the archive (the search stage does not redo them), so neither run spends
+        more than the other."""
+        from whalekit.proposers.prototype import BUDGET_PHASE, prototype_rollouts
+
         spent_rsft = self.trainer.state.sampled if self.trainer else 0
         self.budget.spent = spent_rsft + search_rollouts
-        self.budget.by_phase = {"rsft": spent_rsft, "search": search_rollouts}
+        prototyped = min(search_rollouts, prototype_rollouts(self.archive_root)) if self.archive_root.exists() else 0
+        self.budget.by_phase = {"rsft": spent_rsft, "search": search_rollouts - prototyped}
+        if prototyped:
+            self.budget.by_phase[BUDGET_PHASE] = prototyped
 
     def commit(self, state: RunState) -> None:
         self.run.commit(state.to_json())
