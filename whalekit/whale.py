@@ -367,7 +367,7 @@ class _Driver:
 
         archives = [Archive.open(folder, self.domain.name) for folder in archive_folders(self.archive_root)]
         evaluated = sum(int(score["n"]) for a in archives for e in a.entries() for score in e.scores.values())
-        return evaluated + (prototype_rollouts(self.archive_root) if self.archive_root.exists() else 0)
+        return evaluated + prototype_rollouts(self.archive_root)
 
     def restore_budget(self, search_rollouts: int) -> None:
         """Rollouts spent: what the loaded trainer checkpoint sampled plus `search_rollouts`
@@ -380,7 +380,7 @@ class _Driver:
 
         spent_rsft = self.trainer.state.sampled if self.trainer else 0
         self.budget.spent = spent_rsft + search_rollouts
-        prototyped = min(search_rollouts, prototype_rollouts(self.archive_root)) if self.archive_root.exists() else 0
+        prototyped = min(search_rollouts, prototype_rollouts(self.archive_root))
         self.budget.by_phase = {"rsft": spent_rsft, "search": search_rollouts - prototyped}
         if prototyped:
             self.budget.by_phase[BUDGET_PHASE] = prototyped
