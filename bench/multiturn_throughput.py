@@ -164,7 +164,8 @@ def main() -> None:
     parser.add_argument("--block-size", type=int, default=None,
                         help="KV block size (default: the sampler's, 32 on CPU; vLLM's CPU default is 128)")
     parser.add_argument("--compile", action="store_true",
-                        help="torch.compile the model in vLLM (the CPU default is eager: a faster start)")
+                        help="torch.compile the model in vLLM on CPU too (default: the sampler's, eager on "
+                             "CPU for a faster start, CUDA graphs on GPU)")
     args = parser.parse_args()
 
     import torch
@@ -178,7 +179,7 @@ def main() -> None:
     start = time.perf_counter()
     engine_kwargs = {"block_size": args.block_size} if args.block_size else {}
     policy = load_policy(args.model, sampler="vllm", vllm_options={"dtype": dtype, "engine_kwargs": engine_kwargs,
-                                                                   "enforce_eager": not args.compile,
+                                                                   "enforce_eager": False if args.compile else None,
                                                                    "cpu_setup": args.cpu_setup == "on"})
     sampler = policy.sampler
     startup = time.perf_counter() - start
