@@ -189,7 +189,7 @@ def main() -> None:
           f"{torch.get_num_threads()} threads; vLLM start-up {startup:.1f} s, KV cache {sampler.kv_cache_gib} GiB, "
           f"preloaded: {', '.join(sampler.preloaded) or 'nothing'}, KV block "
           f"{sampler.llm.llm_engine.vllm_config.cache_config.block_size} tokens, "
-          f"{'compiled' if args.compile else 'eager'}")
+          f"{'eager' if sampler.llm.llm_engine.vllm_config.model_config.enforce_eager else 'compiled'}")
     print(f"{dtype} matmul: {flops / 1e9:.1f} GFLOP/s -> compute ceiling {ceiling:.0f} generated tok/s "
           f"(bf16 matmul {bf16_flops / 1e9:.1f} GFLOP/s -> {bf16_flops / (2 * n_params):.0f} tok/s)")
     one_run(domain, runtime, tasks[:8], sampler, args.schedules[-1], seed=99)  # warm-up, not counted
