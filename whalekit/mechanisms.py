@@ -8,6 +8,11 @@ in the one Harness subclass, class attributes set, imports added. The result is 
 real harness file, not a flag in a fixed one.
 
     source = apply_mechanism(h0_source, CATALOGUE[0])
+
+Shipped harnesses that are another harness plus catalogue mechanisms (the cpu preset's
+`h0_cpu`) are declared as `Composition`s in the domain's catalogue (`COMPOSITIONS`) and
+written by `python -m whalekit.mechanisms`; a test checks every such file equals its
+composition, so it cannot drift from the mechanisms it is made of.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,59 @@ def apply_mechanism(source: str, mechanism: Mechanism) -> str:
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
+@dataclass(frozen=True)
+class Composition:
+    """A shipped harness file `harnesses/<name>.py` that is `base` plus `mechanisms`,
+    applied in order with `apply_mechanism`; `purpose` opens its docstring."""
+
+    name: str
+    base: str
+    mechanisms: tuple[str, ...]
+    purpose: str
+
+
+def compose(source: str, mechanisms: list[Mechanism], docstring: str | None = None) -> str:
+    """`source` with every mechanism applied in order; `docstring` replaces the module's."""
+    for mechanism in mechanisms:
+        source = apply_mechanism(source, mechanism)
+    if docstring is None:
+        return source
+    tree = ast.parse(source)
+    node = ast.Expr(ast.Constant(docstring))
+    has_docstring = tree.body and isinstance(tree.body[0], ast.Expr) and isinstance(
+        getattr(tree.body[0], "value", None), ast.Constant) and isinstance(tree.body[0].value.value, str)
+    tree.body[0:1 if has_docstring else 0] = [node]
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+def composed_source(domain: Any, composition: Composition) -> str:
+    """The source `composition` stands for in `domain` (its catalogue and harnesses)."""
+    catalogue = {m.name: m for m in domain.mechanisms() + domain.prompt_wordings()}
+    missing = [name for name in composition.mechanisms if name not in catalogue]
+    if missing:
+        raise ValueError(f"{domain.name} composition {composition.name}: unknown mechanisms {missing}")
+    docstring = (f"{composition.purpose}\n\nGenerated: {composition.base}.py plus the catalogue mechanisms "
+                 f"{', '.join(composition.mechanisms)}\n(whalekit/domains/{domain.name}/mechanisms.py), "
+                 f"applied in that order by `python -m whalekit.mechanisms`.\nDo not edit: change the "
+                 f"composition or the mechanisms and regenerate; tests/test_cpu_start.py checks it.")
+    return compose(domain.harness_source(composition.base), [catalogue[n] for n in composition.mechanisms],
+                   docstring)
+
+
+def write_compositions(domains: list[str] | None = None) -> list[Path]:
+    """Write every built-in domain's composed harness files; returns the paths written."""
+    from whalekit.domains.base import BUILT_IN, get_domain
+
+    written = []
+    for name in sorted(domains or BUILT_IN):
+        domain = get_domain(name)
+        for composition in domain.compositions():
+            path = domain.harness_dir() / f"{composition.name}.py"
+            path.write_text(composed_source(domain, composition))
+            written.append(path)
+    return written
+
+
 def _replace_or_append(cls: ast.ClassDef, name: str, node: ast.stmt) -> None:
     for i, existing in enumerate(cls.body):
         if isinstance(existing, ast.FunctionDef) and existing.name == name:
@@ -85,3 +145,8 @@ def _top_level_names(tree: ast.Module) -> set[str]:
         elif isinstance(node, ast.Assign):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     return names
+
+
+if __name__ == "__main__":
+    for written_path in write_compositions():
+        print(f"wrote {written_path}")

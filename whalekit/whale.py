@@ -43,11 +43,17 @@ SEARCH_METHODS = ("whale", "harness_only", "stagewise", "stagewise_reverse", "fs
 SEARCH_CAPPED = ("harness_only", "stagewise", "stagewise_reverse")
 
 
+PRESET_INITIAL_HARNESSES = ("h0", "h0_cpu")  # starting harnesses that do not name a run
+
+
 @dataclass
 class RunConfig:
     domain: str  # chess | math | searchqa | toy
     method: str  # whale | weight_only | harness_only | stagewise | stagewise_reverse | fst | adaptive
     schedule: tuple[float, int] = (0.6, 6)  # (E epochs, I iterations) per cycle
+    # the harness every method starts from, a file under the domain's harnesses/: h0 (the
+    # authors', also h0_faithful) or h0_cpu (h0 plus declared protocol scaffolding; the cpu preset)
+    initial_harness: str = "h0"
     seed: int = 0
     preset: str = "cpu"
     model: str = "smollm2-135m"
@@ -113,10 +119,14 @@ class RunConfig:
 
     @property
     def run_name(self) -> str:
+        """`<method>[-E,I]-s<seed>`, plus `-<initial harness>` when a run starts from
+        a harness other than a preset's own starting points (h0, h0_cpu): the
+        zero-start runs from h0_faithful sit beside the preset's runs, never over them."""
+        suffix = "" if self.initial_harness in PRESET_INITIAL_HARNESSES else f"-{self.initial_harness}"
         if self.method in ("weight_only", "harness_only", "adaptive"):
-            return f"{self.method}-s{self.seed}"
+            return f"{self.method}-s{self.seed}{suffix}"
         epochs, iterations = self.schedule
-        return f"{self.method}-{epochs:g},{iterations}-s{self.seed}"
+        return f"{self.method}-{epochs:g},{iterations}-s{self.seed}{suffix}"
 
     @property
     def run_dir(self) -> Path:
@@ -183,15 +193,16 @@ def evaluate_test(domain: Domain, harness: Any, sampler: Any, tasks: list[Task],
 
 
 def make_proposer(name: str, domain: Domain, archive: Any, seed: int, options: dict[str, Any],
-                  prompt_only: bool = False) -> Any:
+                  prompt_only: bool = False, initial_source: str | None = None) -> Any:
     """reflective (offline default) | anthropic | openai, with options from the preset;
-    `prompt_only` wraps it in the FST restriction."""
+    `prompt_only` wraps it in the FST restriction (text-only edits of `initial_source`,
+    the run's starting harness; the domain's h0 when None)."""
     from whalekit.proposers.prompt_only import PromptOnly, prompt_only_catalogue
 
     if name == "reflective":
         from whalekit.proposers.reflective import ReflectiveProposer
 
-        catalogue = prompt_only_catalogue(domain) if prompt_only else domain.mechanisms()
+        catalogue = prompt_only_catalogue(domain, initial_source) if prompt_only else domain.mechanisms()
         proposer = ReflectiveProposer(catalogue, seed=seed, **options)
         return PromptOnly(proposer) if prompt_only else proposer
     if name in ("anthropic", "openai", "claude-code"):
@@ -248,7 +259,7 @@ class _Driver:
         self.sampler.max_new_tokens_cap = config.max_new_tokens_cap
         self.run.log = timed_log(self.run, self.clock, self.sampler)  # type: ignore[method-assign]
         self.budget = RolloutBudget(config.budget.rollout_total)
-        self.h0_source = self.domain.initial_harness_source()
+        self.h0_source = self.domain.initial_harness_source(config.initial_harness)
         self.seed_id = harness_id(self.h0_source)  # h0: shipped with whalekit, the only trusted harness
         self.archive_root = self.run.root / "archive"
         self.archive: Any = None  # the archive of the current harness phase (opened by `open_archive`)
@@ -297,7 +308,8 @@ class _Driver:
 
     def _make_proposer(self, step: int = 0) -> Any:
         return make_proposer(self.config.proposer, self.domain, self.archive, self.config.seed * 100_003 + step,
-                             self.config.proposer_options, prompt_only=self.config.method == "fst")
+                             self.config.proposer_options, prompt_only=self.config.method == "fst",
+                             initial_source=self.h0_source)
 
     # -- harness runtimes -----------------------------------------------------------------
     def runtime(self, candidate_id: str) -> Any:

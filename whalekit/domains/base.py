@@ -74,6 +74,9 @@ class Toolbox:
             return ToolResult(call.name, f"Tool error: {type(exc).__name__}: {exc}", ok=False, error="tool_exception")
 
 
+HARNESS_ALIASES = {"h0_faithful": "h0"}  # the authors' h0, by the name the cpu preset's docs use
+
+
 class Domain(ABC):
     name: str = "domain"
     tools_description: str = ""  # what a proposer needs to know about the toolbox
@@ -120,6 +123,11 @@ class Domain(ABC):
         beyond the catalogue's own text-only mechanisms."""
         return self._catalogue("PROMPT_WORDINGS")
 
+    def compositions(self) -> list[Any]:
+        """Shipped harnesses that are another plus catalogue mechanisms
+        (whalekit.mechanisms.Composition; e.g. the cpu preset's h0_cpu)."""
+        return self._catalogue("COMPOSITIONS")
+
     def _catalogue(self, name: str) -> list[Any]:
         import importlib
 
@@ -137,11 +145,19 @@ class Domain(ABC):
 
         return Path(inspect.getfile(type(self))).parent / "harnesses"
 
-    def initial_harness_source(self) -> str:
-        return (self.harness_dir() / "h0.py").read_text()
+    def initial_harness_source(self, name: str = "h0") -> str:
+        """The source of a starting harness: `h0` (the authors', also `h0_faithful`) by
+        default, or another shipped one such as `h0_cpu`."""
+        return self.harness_source(name)
 
     def harness_source(self, name: str) -> str:
-        return (self.harness_dir() / f"{name}.py").read_text()
+        """A shipped harness by name (`h0_faithful` is `h0`); a clear error names the ones there are."""
+        path = self.harness_dir() / f"{HARNESS_ALIASES.get(name, name)}.py"
+        if not path.exists():
+            shipped = sorted(p.stem for p in self.harness_dir().glob("*.py")) if self.harness_dir().is_dir() else []
+            raise ValueError(f"domain {self.name!r} ships no harness {name!r}; it has {', '.join(shipped) or 'none'} "
+                             f"(and h0_faithful, the authors' h0)")
+        return path.read_text()
 
 
 def split_disjoint(items: list[Any], key: Callable[[Any], str], sizes: tuple[int, int, int], seed: int,

@@ -55,7 +55,10 @@ class SimpleDomain(Domain):
             return verdict
         return Verdict(bool(verdict), float(bool(verdict)))
 
-    def initial_harness_source(self) -> str:
+    def initial_harness_source(self, name: str = "h0") -> str:
+        if name not in ("h0", "h0_faithful"):
+            raise ValueError(f"domain {self.name!r} is a SimpleDomain: its only starting harness is its h0, "
+                             f"not {name!r}")
         return self.h0
 
     def mechanisms(self) -> list[Any]:

@@ -100,14 +100,15 @@ def prompt_only_violation(parent_source: str, candidate_source: str) -> str | No
     return None
 
 
-def prompt_only_catalogue(domain: Domain) -> list[Mechanism]:
+def prompt_only_catalogue(domain: Domain, initial_source: str | None = None) -> list[Mechanism]:
     """What the offline reflective proposer may try under the restriction: the catalogue's
-    mechanisms that are text-only edits of h0's prompt hooks, then the domain's prompt
+    mechanisms that are text-only edits of the starting harness's prompt hooks
+    (`initial_source`, the domain's h0 when None), then the domain's prompt
     wordings. (Code mechanisms would only be archived as invalid: without wordings an FST
     search has nothing to propose and its budget falls through to training.)"""
     from whalekit.mechanisms import apply_mechanism
 
-    h0 = domain.initial_harness_source()
+    h0 = domain.initial_harness_source() if initial_source is None else initial_source
     out = []
     for mechanism in domain.mechanisms() + domain.prompt_wordings():
         try:

@@ -14,7 +14,7 @@ mechanism; mechanisms on different hooks still compose.
 
 from __future__ import annotations
 
-from whalekit.mechanisms import Mechanism
+from whalekit.mechanisms import Composition, Mechanism
 
 piece_lists = Mechanism(
     name="piece_lists",
@@ -229,3 +229,16 @@ def first_user_message(self, task, initial_results):
 )
 
 PROMPT_WORDINGS: list[Mechanism] = [player_persona, instruction_first, uci_wording]
+
+
+# The cpu preset's starting harness: the authors' h0 plus the least protocol scaffolding
+# SmolLM2-135M needs (under the faithful h0 it never replies with a move in the asked form).
+# One mechanism: the reply is constrained to `<move>uci</move>` for one of the listed legal
+# moves. Every legal move stays allowed, unranked and unmarked (no check, capture or mate
+# filter), so the choice is the model's; the floor it must beat is the random legal move.
+COMPOSITIONS: list[Composition] = [
+    Composition(name="h0_cpu", base="h0", mechanisms=("legal_move_choice",),
+                purpose="Chess h0_cpu: the cpu preset's starting harness, the authors' h0 plus declared protocol "
+                        "scaffolding\nfor a 135M model (the reply constrained to one listed legal move in the "
+                        "answer tag)."),
+]

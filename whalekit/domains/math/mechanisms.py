@@ -12,7 +12,7 @@ hook each. Two mechanisms conflict only when they replace the same hook
 
 from __future__ import annotations
 
-from whalekit.mechanisms import Mechanism
+from whalekit.mechanisms import Composition, Mechanism
 
 CODE_PREFILL = Mechanism(
     name="code_prefill",
@@ -190,4 +190,17 @@ def system_prompt(self, task):
             "End with \\\\boxed{answer}.")
 '''},
     ),
+]
+
+
+# The cpu preset's starting harness: the authors' h0 plus the least protocol scaffolding
+# SmolLM2-135M needs to answer in the asked form (it scores 0 / 512 under the faithful h0,
+# boxing the instruction's placeholder). A worked exchange on a problem in no split, then a
+# reply opened with "The answer is \\boxed{" after a tool output: the model still writes
+# the code and the number. Measured effect of each step: docs/fidelity.md.
+COMPOSITIONS: list[Composition] = [
+    Composition(name="h0_cpu", base="h0", mechanisms=("few_shot_worked_example", "boxed_prefill_after_output"),
+                purpose="Math h0_cpu: the cpu preset's starting harness, the authors' h0 plus declared protocol "
+                        "scaffolding\nfor a 135M model (a worked exchange, a boxed-answer prefill after a tool "
+                        "output)."),
 ]

@@ -11,7 +11,7 @@ through class attributes (`docs_shown`, `doc_chars`, `forced_search`) read with
 
 from __future__ import annotations
 
-from whalekit.mechanisms import Mechanism
+from whalekit.mechanisms import Composition, Mechanism
 
 _FORMAT_RESULTS = '''
 def format_tool_result(self, result, state):
@@ -198,4 +198,17 @@ def first_user_message(self, task, initial_results):
             "like <search>name</search>, then answer with <answer>answer</answer>.")
 '''},
     ),
+]
+
+
+# The cpu preset's starting harness: the authors' h0 plus the least protocol scaffolding
+# SmolLM2-135M needs (under the faithful h0 it answers in prose and almost never searches:
+# 0 / 512). A worked search-then-answer exchange about a person who is in no world, then
+# '<search>' / '<answer>' prefills with a 32-token cap: the model still writes the query
+# and the answer, and the tool is the authors' (top-1 passage, 200 tokens). Measured
+# effect of each step: docs/fidelity.md.
+COMPOSITIONS: list[Composition] = [
+    Composition(name="h0_cpu", base="h0", mechanisms=("few_shot_example", "phase_prefill"),
+                purpose="Search-QA h0_cpu: the cpu preset's starting harness, the authors' h0 plus declared "
+                        "protocol scaffolding\nfor a 135M model (a worked exchange, search/answer tag prefills)."),
 ]

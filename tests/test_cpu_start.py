@@ -1,0 +1,102 @@
+"""The cpu preset's starting point: each domain's `h0_cpu` is the authors' h0 plus declared
+catalogue mechanisms of protocol scaffolding (nothing that does the task), the file equals
+that composition, the cpu preset starts every method from it, and the authors' h0 stays one
+flag away (`--set initial_harness=h0_faithful`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from whalekit.domains.base import get_domain
+from whalekit.mechanisms import Composition, apply_mechanism, compose, composed_source
+from whalekit.whale import resolve_config
+
+DOMAINS = ("chess", "math", "searchqa")
+
+# What a cpu-scale h0 may add to the authors' h0 (issue 27): a format demonstration on a
+# problem in no split, answer/format prefills or a constrained answer format, a tolerant
+# answer parser, a shorter token cap. Every mechanism of an h0_cpu must be one of these,
+# named here with its kind, so adding a task-solving mechanism fails this test.
+SCAFFOLDING = {
+    "math": {"few_shot_worked_example": "format demonstration", "code_prefill": "format prefill",
+             "boxed_prefill_after_output": "answer prefill", "short_replies": "token cap"},
+    "searchqa": {"few_shot_example": "format demonstration", "phase_prefill": "format prefill",
+                 "lenient_parse": "tolerant parser"},
+    "chess": {"few_shot_format": "format demonstration", "move_tag_prefill": "format prefill",
+              "legal_move_choice": "constrained answer format", "lenient_parser": "tolerant parser"},
+}
+
+
+def _h0_cpu(domain_name: str) -> Composition:
+    found = [c for c in get_domain(domain_name).compositions() if c.name == "h0_cpu"]
+    assert len(found) == 1, f"{domain_name} declares no h0_cpu composition"
+    return found[0]
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_h0_cpu_is_the_authors_h0_plus_its_declared_mechanisms_exactly(domain_name):
+    domain = get_domain(domain_name)
+    composition = _h0_cpu(domain_name)
+    assert composition.base == "h0"
+    shipped = domain.harness_source("h0_cpu")
+    assert shipped == composed_source(domain, composition), \
+        "harnesses/h0_cpu.py differs from its composition: regenerate with `python -m whalekit.mechanisms`"
+    catalogue = {m.name: m for m in domain.mechanisms()}
+    by_hand = domain.harness_source("h0")
+    for name in composition.mechanisms:
+        by_hand = apply_mechanism(by_hand, catalogue[name])
+    assert shipped.split('"""', 2)[2] == by_hand.split('"""', 2)[2]  # the same code below the docstring
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_h0_cpu_adds_only_protocol_scaffolding(domain_name):
+    mechanisms = _h0_cpu(domain_name).mechanisms
+    assert mechanisms, "an h0_cpu with no scaffolding is the authors' h0"
+    unknown = [m for m in mechanisms if m not in SCAFFOLDING[domain_name]]
+    assert not unknown, f"{domain_name} h0_cpu uses mechanisms not declared as scaffolding: {unknown}"
+
+
+def test_a_format_demonstration_is_on_no_problem_of_any_split():
+    math = get_domain("math")
+    splits = math.load_splits(n_train=80, n_search=48, n_test=64, seed=0)
+    questions = {t.inputs["question"] for split in (splits.train, splits.search, splits.test) for t in split}
+    assert "What is 12 * 7 + 5?" not in questions
+    searchqa = get_domain("searchqa")
+    example = searchqa.harness_source("h0_cpu")
+    world = searchqa.world
+    assert not [p.name for p in world.people if p.name in example], "the demonstration names a person of the world"
+    assert not [c for c in world.cities if getattr(c, "name", c) in example]
+
+
+def test_compose_replaces_the_docstring_and_keeps_the_code():
+    source = '"""old"""\nfrom whalekit.harness import Harness\n\n\nclass H(Harness):\n    max_turns = 2\n'
+    composed = compose(source, [], "new purpose")
+    assert composed.startswith('"""new purpose"""') and "old" not in composed and "max_turns = 2" in composed
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_the_cpu_preset_starts_from_h0_cpu_and_the_authors_h0_is_one_flag_away(domain_name):
+    cpu = resolve_config("cpu", domain=domain_name, method="whale")
+    assert cpu.initial_harness == "h0_cpu"
+    assert cpu.run_name == "whale-1,2-s0"
+    zero_start = resolve_config("cpu", domain=domain_name, method="weight_only", initial_harness="h0_faithful")
+    assert zero_start.run_name == "weight_only-s0-h0_faithful", "zero-start runs must not overwrite the preset's"
+    domain = get_domain(domain_name)
+    assert domain.initial_harness_source("h0_faithful") == domain.harness_source("h0")
+
+
+def test_an_unknown_initial_harness_names_the_shipped_ones():
+    with pytest.raises(ValueError, match="h0_cpu"):
+        get_domain("math").initial_harness_source("h0_typo")
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_every_mechanism_of_h0_cpu_has_its_row_in_the_fidelity_table_as_a_cpu_departure(domain_name):
+    table = (Path(__file__).resolve().parents[1] / "docs" / "fidelity.md").read_text(encoding="utf-8")
+    rows = [line for line in table.splitlines() if line.startswith(f"| h0_cpu, {domain_name}")]
+    for mechanism in _h0_cpu(domain_name).mechanisms:
+        row = [r for r in rows if f"`{mechanism}`" in r]
+        assert len(row) == 1, f"docs/fidelity.md needs one '| h0_cpu, {domain_name} ...' row for `{mechanism}`"
+        assert "cpu departure" in row[0] and "mean@8" in row[0], "the row says it departs and what it measured"
