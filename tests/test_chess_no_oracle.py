@@ -2,7 +2,7 @@
 cannot import python-chess, and the random-legal-move floor is computed right.
 
 The scan plays real puzzles (generated mates in 1 and 2, the Lichess fixtures, and the
-developers' real Lichess sample when present) through h0, h1 and every mechanism, with
+developers' real Lichess sample when present) through h0, h1, the cpu preset's h0_cpu and every mechanism, with
 correct, wrong and illegal replies, and reads every string a harness could show, offer
 as a choice or receive: task inputs, tool outputs and metadata, prompts, choice lists."""
 
@@ -80,7 +80,7 @@ def _replies(task: Task) -> list[list[str]]:
     return [correct, [f"<move>{wrong}</move>"], ["<move>a1a1</move>", "hmm", correct[0]]]
 
 
-HARNESSES = {"h0": ChessDomain().initial_harness_source(), "h1": ChessDomain().harness_source("h1")}
+HARNESSES = {name: ChessDomain().harness_source(name) for name in ("h0", "h1", "h0_cpu")}
 HARNESSES.update({m.name: apply_mechanism(HARNESSES["h0"], m) for m in CATALOGUE + PROMPT_WORDINGS})
 
 

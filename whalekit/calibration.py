@@ -188,7 +188,7 @@ def run_from_arguments(domain_name: str, args: argparse.Namespace,
           f"sampler {sampler_kind}, model {config.model}", flush=True)
     extra = before(domain, tasks, samples) if before else {}
     policy = load_policy(config.model, sampler=sampler_kind,
-                         **({"vllm_options": config.vllm_options} if sampler_kind != "hf" else {}))
+                         vllm_options=config.vllm_options if sampler_kind != "hf" else None)
     try:
         results = calibrate(domain, tasks, args.harness, policy.sampler, samples,
                             temperature=config.eval_temperature, top_k=config.eval_top_k, seed=args.seed,

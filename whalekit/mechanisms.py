@@ -92,8 +92,9 @@ def compose(source: str, mechanisms: list[Mechanism], docstring: str | None = No
         return source
     tree = ast.parse(source)
     node = ast.Expr(ast.Constant(docstring))
-    has_docstring = tree.body and isinstance(tree.body[0], ast.Expr) and isinstance(
-        getattr(tree.body[0], "value", None), ast.Constant) and isinstance(tree.body[0].value.value, str)
+    first = tree.body[0] if tree.body else None
+    has_docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
+        first.value.value, str)
     tree.body[0:1 if has_docstring else 0] = [node]
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
