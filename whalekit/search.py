@@ -158,6 +158,8 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: S
                                 seed, step * 1000 + call)
         progress["rollouts"] += len(affordable) * n_tasks
         if len(affordable) < len(ids):
+            if call:  # a proposer iteration's candidates (call 0 re-scores the incoming harness)
+                progress["candidates_evaluated"] = progress.get("candidates_evaluated", 0) + len(affordable)
             raise _OutOfBudget()
 
     try:

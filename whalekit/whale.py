@@ -497,9 +497,10 @@ class _Driver:
         completed = outcome.get("iterations_done", 0) >= 1
         if not completed and state.search_rollouts == before:
             return False  # the budget could not cover the iteration
-        # An iteration that evaluated no new candidate (none proposed, all invalid) still
-        # counts, as in the authors' search: the stage goes on to its I iterations.
-        empty = completed and not outcome.get("candidates_evaluated", 0)
+        # An iteration that evaluated no new candidate (none proposed, all invalid, or only the
+        # incoming harness re-scored before the budget ran out) still counts, as in the
+        # authors' search: the stage goes on to its I iterations.
+        empty = not outcome.get("candidates_evaluated", 0)
         state.stage_empty_steps += int(empty)
         if outcome.get("stopped") == "early_stop":
             state.stage_stop = "early_stop"
