@@ -151,11 +151,48 @@ def test_a_token_cap_bounds_every_turn_whatever_the_harness_asks(tiny_policy):
     assert all(len(turn.completion_ids) <= 8 for t in by_sampler for turn in t.turns)  # the tighter cap wins
 
 
+def test_an_episode_stops_when_its_response_budget_is_spent_and_each_turn_asks_for_what_is_left(tiny_policy):
+    """The paper preset's per-episode response budget (the authors' 8,192 assistant tokens):
+    turns together never generate more; the turn that would start past it ends the episode."""
+    domain = get_domain("toy")
+    tasks = domain.load_splits(2, 1, 1, seed=1).train
+    episodes = [Episode(t, InProcessHarness(_CalculatorThenAnswer())) for t in tasks]  # 3 + 3 tokens, 2 turns
+
+    def run(config):
+        return rollout(domain, episodes, tiny_policy.sampler, config)
+
+    assert all(t.correct and [len(turn.completion_ids) for turn in t.turns] == [3, 3]
+               for t in run(RolloutConfig(seed=1, progress=False)))
+    for t in run(RolloutConfig(seed=1, progress=False, max_response_tokens=5)):  # turn 2 may take what is left
+        assert [len(turn.completion_ids) for turn in t.turns] == [3, 2] and t.correct
+    for t in run(RolloutConfig(seed=1, progress=False, max_response_tokens=3)):  # nothing left for turn 2
+        assert len(t.turns) == 1 and t.error.startswith("response_budget") and not t.correct
+    sampler = tiny_policy.sampler
+    sampler.max_response_tokens = 3  # the driver sets the run's budget on its sampler
+    try:
+        assert all(len(t.turns) == 1 for t in run(RolloutConfig(seed=1, progress=False)))
+    finally:
+        sampler.max_response_tokens = None
+
+
+def test_the_paper_preset_raises_the_h0s_per_turn_limit_to_the_episode_budget():
+    from whalekit.whale import per_turn_limit
+
+    for name in ("searchqa", "math", "chess"):
+        h0 = get_domain(name).initial_harness_source()
+        assert "    max_new_tokens = 256" in h0
+        assert per_turn_limit(h0, None) == h0  # cpu: unchanged
+        raised = per_turn_limit(h0, 8192)
+        assert "    max_new_tokens = 8192" in raised and "max_new_tokens = 256" not in raised
+
+
 def test_rollout_config_rejects_nonsense():
     with pytest.raises(ValueError):
         RolloutConfig(max_context_tokens=0)
     with pytest.raises(ValueError):
         RolloutConfig(max_new_tokens_cap=0)
+    with pytest.raises(ValueError):
+        RolloutConfig(max_response_tokens=0)
     with pytest.raises(ValueError):
         SamplingParams(temperature=-1)
 

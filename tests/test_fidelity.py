@@ -129,3 +129,60 @@ def test_the_check_fails_when_a_preset_value_changes_without_the_table(fake_data
     monkeypatch.setattr(whale, "load_preset", changed)
     with pytest.raises(AssertionError, match="rsft.top_k"):
         test_every_keyed_row_equals_the_presets_and_the_code_defaults(None)
+
+
+def _derived_phrases() -> dict[str, list[str]]:
+    """Phrases of the table's rationale that quote numbers derived from the presets, each
+    rebuilt here from the resolved presets: resizing a preset without the text fails."""
+    from whalekit.schedules import AdaptiveConfig
+
+    cpu, paper = resolve_config("cpu", "math", "whale"), resolve_config("paper", "math", "whale")
+    n, g, b = cpu.n_train, cpu.rsft.samples_per_problem, cpu.rsft.batch_problems
+    search, m = cpu.n_search, cpu.search.candidates_per_iteration
+    (e, i), (paper_e, paper_i) = cpu.schedule, paper.schedule
+    per_phase = lambda iterations: search * (1 + (iterations - 1) * m)  # noqa: E731  incoming + proposals
+    batches = AdaptiveConfig().weight_batches(cpu.adaptive.min_weight_epochs, n, b)
+    window = AdaptiveConfig().weight_batches(cpu.adaptive.weight_window_epochs, n, b)
+    global_steps = " / ".join(str(resolve_config("paper", d, "whale").rsft.minibatch_trajectories
+                                  * resolve_config("paper", d, "whale").rsft.data_parallel)
+                              for d in ("searchqa", "math", "chess"))
+    theirs = paper.rsft.batch_problems * paper.rsft.samples_per_problem
+    return {
+        "fixed schedule (E, I)": [
+            f"at cpu size ({paper_e:g}, {paper_i}) would invert that ({round(paper_e * n) * g} RSFT rollouts against "
+            f"{search} x {1 + (paper_i - 1) * m} = {per_phase(paper_i)} search rollouts)",
+            f"One epoch of {n} problems at G = {g} ({round(e * n) * g} rollouts) against I = {i} on {search} search "
+            f"problems ({per_phase(i)} rollouts)"],
+        "adaptive: weight phase minimum": [f"0.2 epoch of {n} problems is {batches} batches of {b}"],
+        "adaptive: reward window": [f"cpu: {window} batches."],
+        "adaptive: weight patience": [
+            f"cpu: {AdaptiveConfig().weight_batches(cpu.adaptive.weight_patience_epochs, n, b)} batches."],
+        "adaptive: harness minimum": [f"({m} candidates x {search} problems)"],
+        "candidates per iteration, M": [f"each candidate costs {search} rollouts of a {cpu.budget.rollouts:,} budget"],
+        "prompts per sampled batch": [f"cpu: {b} x {g} = {b * g} rollouts per batch, 1/{theirs // (b * g)} of theirs"],
+        "RSFT optimiser steps": [f"paper {global_steps} per step"],
+    }
+
+
+def test_the_numbers_the_rationale_derives_from_the_presets_are_current(fake_data):
+    rows = {row[0]: " ".join(row) for row in table_rows()}
+    for setting, phrases in _derived_phrases().items():
+        assert setting in rows, setting
+        for phrase in phrases:
+            assert phrase in rows[setting], f"{setting}: the text lacks {phrase!r} (stale after a preset change?)"
+
+
+def test_the_derived_number_check_fails_when_a_preset_is_resized_without_the_text(fake_data, monkeypatch):
+    import whalekit.whale as whale
+
+    original = whale.load_preset
+
+    def resized(name: str) -> dict[str, Any]:
+        data = original(name)
+        if name == "cpu":
+            data["domains"]["math"] = {**data["domains"]["math"], "n_train": 40}
+        return data
+
+    monkeypatch.setattr(whale, "load_preset", resized)
+    with pytest.raises(AssertionError, match="stale"):
+        test_the_numbers_the_rationale_derives_from_the_presets_are_current(None)

@@ -61,6 +61,15 @@ def test_schedule_text_and_bad_values():
         Schedule("whale", 0, 6)
 
 
+@pytest.mark.parametrize("split", [0.0, 1.0, -0.2, 1.5])
+def test_a_stagewise_split_outside_0_1_is_refused(split):
+    """The share of the budget the first stagewise phase spends lies strictly between 0 and 1
+    (the check used to sit after a `return` and never ran)."""
+    with pytest.raises(ValueError, match="stagewise_split"):
+        Schedule("stagewise", 0.5, 2, stagewise_split=split)
+    Schedule("stagewise", 0.5, 2, stagewise_split=0.25)  # inside: accepted
+
+
 def test_a_harness_stage_of_i_6_runs_5_proposer_iterations():
     """The authors' counting: the incoming harness's evaluation is iteration 1."""
     history = [StageRecord("weight", 10, 1)]

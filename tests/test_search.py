@@ -184,11 +184,59 @@ def test_the_stage_stops_cleanly_when_the_budget_cannot_cover_a_candidate(tmp_pa
     assert archive.stage_progress("step0-w0")["stopped"] == "budget"
 
 
+# Reads the sum off the question, whatever the model says: a candidate that scores 1.0.
+SOLVER = H0.replace("""        numbers = re.findall(r"-?\\d+", reply)""",
+                    """        a, b = re.findall(r"-?\\d+", state.task.inputs["question"])[:2]
+        numbers = [str(int(a) + int(b))]""")
+
+
+@pytest.mark.parametrize("threshold, iterations_run", [(1.0, 1), (0.0, 3)])
+def test_a_candidate_at_the_early_stop_success_rate_is_accepted_and_ends_the_stage(
+        tmp_path: Path, tiny_policy: Any, threshold: float, iterations_run: int) -> None:
+    """The authors' chess search: a candidate reaching 1.0 on the search split is accepted at
+    once and the stage stops; 0 (the default) runs every iteration."""
+    assert SOLVER != H0
+    archive, events = _archive(tmp_path), []
+    proposer = ScriptedProposer([[SOLVER], [H0 + "\n# second\n"], [H0 + "\n# third\n"]])
+    config = SearchConfig(iterations=3, candidates_per_iteration=1, early_stop_success_rate=threshold, **FAST)
+    accepted = run_search_stage(DOMAIN, archive, proposer, tiny_policy.sampler, SPLITS.search, RolloutBudget(100),
+                                config, 0, 0, on_iteration=events.append)
+    assert archive.entry(accepted).score(0) == 1.0 and archive.source(accepted) == SOLVER
+    assert len(events) == iterations_run
+    assert archive.stage_progress("step0-w0").get("stopped") == ("early_stop" if threshold else None)
+    # a resumed stage that had stopped early proposes nothing more
+    run_search_stage(DOMAIN, archive, proposer, tiny_policy.sampler, SPLITS.search, RolloutBudget(100), config, 0, 0)
+    assert len(proposer.batches) == 3 - iterations_run
+
+
+@pytest.mark.parametrize("domain_name, prototyping", [("chess", False), ("math", True), ("searchqa", True)])
+def test_the_chess_proposer_gets_no_prototype_tool_as_the_authors_has_no_shell(tmp_path: Path, domain_name: str,
+                                                                              prototyping: bool) -> None:
+    """Their chess proposer may Read/Glob/Grep/Write/Edit only; search QA and math have Bash,
+    which whalekit's sandboxed `prototype` tool stands in for."""
+    from whalekit.domains.base import get_domain
+    from whalekit.search import _give_prototyper
+
+    class WantsPrototyper:
+        prototyper = None
+
+    proposer = WantsPrototyper()
+    _give_prototyper(proposer, get_domain(domain_name), None, SPLITS.search, RolloutBudget(10), _archive(tmp_path),
+                     SearchConfig(), 0, 0)
+    assert (proposer.prototyper is not None) == prototyping
+
+
+def test_the_authors_m_3_candidates_per_iteration_is_the_code_default() -> None:
+    assert SearchConfig().candidates_per_iteration == 3 and SearchConfig().early_stop_success_rate == 0.0
+
+
 def test_search_config_rejects_nonsense() -> None:
     with pytest.raises(ValueError):
         SearchConfig(candidates_per_iteration=0)
     with pytest.raises(ValueError):
         SearchConfig(hook_timeout_s=0)
+    with pytest.raises(ValueError, match="early_stop"):
+        SearchConfig(early_stop_success_rate=1.5)
 
 
 @pytest.mark.slow

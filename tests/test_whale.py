@@ -427,3 +427,52 @@ def test_a_proposers_prototype_runs_stay_charged_to_the_budget_across_harness_st
     end = run.events("run_end")[-1]
     assert end["by_phase"]["prototype"] == prototyped
     assert end["rollouts"] == sum(end["by_phase"].values()) <= end["budget"]
+
+
+class _EmptyProposer:
+    """Proposes nothing: every harness iteration is empty."""
+
+    name = "empty"
+
+    def propose(self, archive, n, budget=None):
+        return []
+
+    def context(self, archive):
+        return ""
+
+
+def test_an_iteration_without_a_new_candidate_counts_and_the_harness_phase_goes_on(tmp_path, monkeypatch):
+    """As in the authors' search QA and math searches, an iteration that yields no candidate
+    still counts: the phase runs its I - 1 proposer iterations; a phase of only empty
+    iterations says so, changes nothing, and is not evaluated."""
+    monkeypatch.setattr(whale, "make_proposer", lambda *args, **kwargs: _EmptyProposer())
+    run = run_method(_config(tmp_path, "whale", schedule="0.5,3", budget=96), policy=load_policy("tiny-random"))
+    harness_ends = [e for e in run.events("stage_end") if e["kind"] == "harness"]
+    assert harness_ends and all(e["empty"] and e["empty_steps"] == e["steps"] for e in harness_ends)
+    assert all(e["steps"] == 2 for e in harness_ends if not e.get("budget_exhausted"))
+    assert all(e["empty"] and e["candidates_evaluated"] == 0 for e in run.events("search_iteration"))
+    kinds = [e["event"] for e in run.events()]
+    for i, event in enumerate(run.events()):
+        if event["event"] == "stage_end" and event["kind"] == "harness":
+            assert kinds[i + 1] != "test_eval"  # nothing changed: no evaluation
+    # harness_only with a proposer that never proposes stops after two empty phases
+    idle = run_method(_config(tmp_path / "idle", "harness_only"), policy=load_policy("tiny-random"))
+    assert [(e["kind"], e["steps"], e["empty"]) for e in idle.events("stage_end")] == [("harness", 1, True)] * 2
+
+
+@pytest.mark.parametrize("method", ["weight_only", "whale"])
+def test_the_final_evaluation_comes_after_the_last_rollout_and_a_stage_cut_by_the_budget_is_closed(tmp_path,
+                                                                                                   method):
+    """88 rollouts end the smoke run inside a stage: the stage ends (stage_end), the weights or
+    harness it changed are evaluated, and run_end's final figure is that evaluation."""
+    run = run_method(_config(tmp_path, method, budget=88), policy=load_policy("tiny-random"))
+    events = run.events()
+    assert len(run.events("stage_start")) == len(run.events("stage_end"))
+    last_eval = max(i for i, e in enumerate(events) if e["event"] == "test_eval")
+    changes = [e for e in events[last_eval:] if e["event"] == "rsft_batch"
+               or (e["event"] == "search_iteration" and not e["empty"])]
+    assert not changes, f"rollouts changed the agent after the final evaluation: {changes}"
+    end = run.events("run_end")[-1]
+    assert end["rollouts"] == 88 and end["final_mean_at_k"] == events[last_eval]["mean_at_k"]
+    assert events[-1]["event"] == "run_end" and events[-2]["event"] == "test_eval"
+    assert run.events("stage_end")[-1].get("budget_exhausted") is True

@@ -127,6 +127,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
                                policy.sampler, RolloutConfig(temperature=config.eval_temperature, seed=config.seed,
                                                              top_p=config.eval_top_p, top_k=config.eval_top_k,
                                                              max_new_tokens_cap=config.max_new_tokens_cap,
+                                                             max_response_tokens=config.max_response_tokens,
                                                              max_context_tokens=config.search.max_context_tokens,
                                                              description=f"eval {args.split}"))
     finally:

@@ -42,12 +42,18 @@ class RolloutConfig:
     description: str = "rollout"
     scheduling: str = "auto"  # "continuous", "lockstep", or "auto": continuous when the sampler supports it
     max_new_tokens_cap: int | None = None  # mechanics presets: no turn takes more new tokens (see Sampler)
+    # The episode's response-token budget (the authors' per-episode assistant budget): a turn
+    # asks for at most what its episode has left, and an episode that has used it all ends.
+    # None: turns are bounded by the harness's limits alone.
+    max_response_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_context_tokens <= 0 or self.tool_workers <= 0:
             raise ValueError("max_context_tokens and tool_workers must be positive")
         if self.max_new_tokens_cap is not None and self.max_new_tokens_cap <= 0:
             raise ValueError(f"max_new_tokens_cap must be positive or None, got {self.max_new_tokens_cap}")
+        if self.max_response_tokens is not None and self.max_response_tokens <= 0:
+            raise ValueError(f"max_response_tokens must be positive or None, got {self.max_response_tokens}")
         if self.scheduling not in SCHEDULES:
             raise ValueError(f"scheduling must be one of {', '.join(SCHEDULES)}, got {self.scheduling!r}")
 
@@ -127,6 +133,9 @@ def rollout(domain: Domain, episodes: list[Episode], sampler: Sampler, config: R
     cap = _token_cap(config, sampler)
     if cap != config.max_new_tokens_cap:  # the sampler's cap travels with the config (to backend workers too)
         config = replace(config, max_new_tokens_cap=cap)
+    episode_budget = getattr(sampler, "max_response_tokens", None)  # the run's, set on its sampler by the driver
+    if config.max_response_tokens is None and episode_budget is not None:
+        config = replace(config, max_response_tokens=episode_budget)
     backend = getattr(sampler, "rollout_backend", None)
     if backend is not None:
         return backend.rollout(domain, episodes, config, policy_version)
@@ -237,13 +246,20 @@ def _token_cap(config: RolloutConfig, sampler: Sampler) -> int | None:
 
 def _generation_request(item: _Live, tokenizer: Any, config: RolloutConfig) -> GenerationRequest | None:
     """The sampler request for an episode's next turn, or None when it would overflow
-    the context (the episode is then finished with that error)."""
+    the context or its response budget is spent (the episode is then finished with that error)."""
     assert isinstance(item.request, GenerateRequest)
     item.last_messages = item.request.messages
     prompt = _prompt_ids(tokenizer, item.request)
     limit = item.request.settings.max_new_tokens
     if config.max_new_tokens_cap is not None:
         limit = min(limit, config.max_new_tokens_cap)
+    if config.max_response_tokens is not None:
+        used = sum(len(turn.completion_ids) for turn in item.trajectory.turns)
+        if used >= config.max_response_tokens:
+            item.request = Finished(None, f"response_budget: {used} generated tokens reached the episode's "
+                                          f"{config.max_response_tokens}")
+            return None
+        limit = min(limit, config.max_response_tokens - used)
     if len(prompt) + limit > config.max_context_tokens:
         item.request = Finished(None, f"context_overflow: prompt {len(prompt)} + {limit} new tokens "
                                       f"> {config.max_context_tokens}")

@@ -48,9 +48,14 @@ class RSFTConfig:
     warmup_steps: int = 2  # linear warm-up, then constant: WHALE calls the trainer in short stages
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    # Accepted trajectories per optimiser step: ceil(accepted / this) steps per sampled batch,
-    # as the authors' online RSFT (64 of 256 prompts x 8); 0 = one step per sampled batch.
+    # Accepted trajectories per optimiser step and data-parallel rank: one step covers
+    # minibatch_trajectories x data_parallel of them, ceil(accepted / that) steps per sampled
+    # batch, as the authors' online RSFT (sft_mini_batch_size 64 on each rank); 0 = one step
+    # per sampled batch.
     minibatch_trajectories: int = 64
+    # Data-parallel ranks the authors' trainer split a batch across (their launchers' trainer
+    # GPUs); whalekit trains on one device, so only the global mini-batch size follows from it.
+    data_parallel: int = 1
     micro_batch_sequences: int = 8  # sequences per forward pass; gradients accumulate over a mini-batch
     max_seq_len: int = 1024  # a turn longer than this (prompt + completion) is dropped from training, and counted
     lora: bool = True  # LoRA via peft; False = full fine-tuning
@@ -75,6 +80,8 @@ class RSFTConfig:
             raise ValueError("RSFTConfig sizes must be positive")
         if self.minibatch_trajectories < 0:
             raise ValueError("minibatch_trajectories must be >= 0 (0: one optimiser step per sampled batch)")
+        if self.data_parallel < 1:
+            raise ValueError("data_parallel must be >= 1")
         if self.learning_rate <= 0 or self.reward_window <= 0:
             raise ValueError("learning_rate and reward_window must be positive")
         if self.top_k < 0 or not 0 < self.top_p <= 1:
@@ -335,13 +342,14 @@ class RSFTTrainer:
                            sample_seconds, train_seconds)
 
     def update(self, accepted: list[Trajectory]) -> tuple[float | None, int, int, float]:
-        """Optimiser steps on the accepted trajectories, one per mini-batch of
-        `minibatch_trajectories` of them in sampling order (the authors' ceil(accepted / 64)
-        steps per sampled batch; 0 = one step on the whole batch), then one sampler sync.
+        """Optimiser steps on the accepted trajectories, one per global mini-batch of
+        `minibatch_trajectories x data_parallel` of them in sampling order (the authors'
+        ceil(accepted / (64 x dp)) steps per sampled batch: each of dp ranks splits its share
+        into mini-batches of 64; 0 = one step on the whole batch), then one sampler sync.
         Returns the token-weighted mean loss, trained tokens, dropped turns and seconds."""
         import torch
 
-        size = self.config.minibatch_trajectories or max(1, len(accepted))
+        size = self.config.minibatch_trajectories * self.config.data_parallel or max(1, len(accepted))
         dropped, loss_tokens, total_tokens = 0, 0.0, 0
         t0 = time.perf_counter()
         for start in range(0, len(accepted), size):

@@ -28,6 +28,8 @@ class RunState:
     stage_problems: int = 0  # training problems consumed in the running weight stage
     stage_signals: list[float] = field(default_factory=list)  # per step: training reward or best search score
     stage_rollouts_start: int = 0  # rollouts spent when the running stage began
+    stage_empty_steps: int = 0  # search iterations of the running stage that evaluated no new candidate
+    stage_stop: str = ""  # why the running stage ends before its length ("early_stop"), "" otherwise
     history: list[dict[str, Any]] = field(default_factory=list)  # finished stages: {kind, rollouts, steps}
     evaluations: int = 0  # test evaluations done (the next one's index)
     checkpoint: str | None = None  # the RSFT checkpoint folder this state belongs to
@@ -40,7 +42,8 @@ class RunState:
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        counts = ("step", "stage_steps", "stage_problems", "stage_rollouts_start", "evaluations", "stalled",
+        counts = ("step", "stage_steps", "stage_problems", "stage_rollouts_start", "stage_empty_steps", "evaluations",
+                  "stalled",
                   "search_rollouts", "search_iterations", "events_committed")
         negative = [name for name in counts if int(getattr(self, name)) < 0]
         if negative:
@@ -58,6 +61,7 @@ class RunState:
         """Start the stage `stage` (schedules.Stage as a dict) with `rollouts_spent` spent so far."""
         self.stage, self.stage_steps, self.stage_problems = dict(stage), 0, 0
         self.stage_signals, self.stage_rollouts_start = [], rollouts_spent
+        self.stage_empty_steps, self.stage_stop = 0, ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -102,13 +102,13 @@ class Schedule:
         if self.count_incoming and self.iterations < 2 and self.method not in ("weight_only", "adaptive"):
             raise ValueError(f"I = {self.iterations}: I counts the incoming harness's evaluation as iteration 1, "
                              f"so a harness stage needs I >= 2 (or search.count_incoming=false)")
+        if not 0 < self.stagewise_split < 1:
+            raise ValueError("stagewise_split must lie strictly between 0 and 1")
 
     @property
     def proposer_iterations(self) -> int:
         """Proposer iterations per harness stage: I - 1 under the authors' counting."""
         return self.iterations - 1 if self.count_incoming else self.iterations
-        if not 0 < self.stagewise_split < 1:
-            raise ValueError("stagewise_split must lie strictly between 0 and 1")
 
     def next_stage(self, history: list[StageRecord], budget_total: int) -> Stage:
         weight, harness = Stage("weight", epochs=self.epochs), Stage("harness", iterations=self.proposer_iterations)

@@ -12,7 +12,7 @@ reach the archive. Every evaluation is written to the archive as it finishes and
 iteration's proposals are stored before they are evaluated, so a stage killed at any
 point resumes by reopening the archive and calling `run_search_stage` again.
 
-    config = SearchConfig(iterations=6, candidates_per_iteration=4)
+    config = SearchConfig(iterations=6, candidates_per_iteration=3)
     accepted = run_search_stage(domain, archive, ReflectiveProposer(domain.mechanisms()), policy.sampler,
                                 splits.search, budget, config, weights_version=0, seed=0)
 """
@@ -46,8 +46,11 @@ class SearchConfig:
     # seeded with the incoming harness; "run" = one archive for the run, re-scoring the
     # accepted harness and the top few whenever the weights changed.
     archive_scope: str = "round"  # round | run
-    candidates_per_iteration: int = 4  # M: candidates asked of the proposer per iteration
+    candidates_per_iteration: int = 3  # M: candidates asked of the proposer per iteration (the authors' 3)
     rescore_top: int = 3  # re-score accepted + top-k at stage start when the weights changed
+    # Accept and end the stage at once when one of an iteration's candidates reaches this
+    # success rate on the search split (the authors' chess search: 1.0); 0 = off.
+    early_stop_success_rate: float = 0.0
     temperature: float = 1.0  # sampling temperature of the evaluation rollouts
     top_p: float = 1.0  # nucleus mass of the evaluation rollouts
     top_k: int = 20  # top-k of the evaluation rollouts (the authors' 20); 0 disables top-k
@@ -60,6 +63,8 @@ class SearchConfig:
             raise ValueError("iterations >= 0, candidates_per_iteration >= 1 and rescore_top >= 0 are required")
         if self.temperature < 0 or self.max_context_tokens <= 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
             raise ValueError("temperature and top_k must be >= 0, top_p in (0, 1] and max_context_tokens positive")
+        if not 0 <= self.early_stop_success_rate <= 1:
+            raise ValueError("early_stop_success_rate must lie in [0, 1] (0: off)")
         if self.archive_scope not in ARCHIVE_SCOPES:
             raise ValueError(f"archive_scope {self.archive_scope!r}: use one of {', '.join(ARCHIVE_SCOPES)}")
         IsolationLimits(self.hook_timeout_s, memory_mb=self.memory_mb)  # checks the limits
@@ -113,11 +118,13 @@ def _to_rescore(archive: Archive, weights_version: int, top: int) -> list[str]:
 def _give_prototyper(proposer: Any, domain: Domain, sampler: Sampler, search_tasks: list[Task],
                      budget: RolloutBudget, archive: Archive, config: SearchConfig, weights_version: int,
                      seed: int) -> None:
-    """LLM proposers get a prototyping tool: drafts run on search problems in the sandbox,
-    charged to the budget (phase "prototype"); it also limits their run view to these tasks."""
+    """LLM proposers get a prototyping tool where the domain allows it (the authors' proposers
+    run code through Bash in search QA and math, not in chess): drafts run on search problems
+    in the sandbox, charged to the budget (phase "prototype"); it also limits their run view
+    to these tasks."""
     target = getattr(proposer, "inner", proposer)
-    if not hasattr(target, "prototyper"):
-        return
+    if not hasattr(target, "prototyper") or not getattr(domain, "proposer_prototyping", True):
+        return  # chess: the authors' proposer cannot run code, so whalekit's gets no prototype tool
     from whalekit.proposers.prototype import Prototyper
 
     target.prototyper = Prototyper(domain, sampler, search_tasks, budget, archive.root, weights_version, seed,
@@ -136,8 +143,10 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: S
     if not search_tasks:
         raise ValueError("run_search_stage needs at least one search task")
     archive.seed_id()  # clear error when the archive was not seeded
-    key = f"step{step}-w{weights_version}"
+    key = _stage_key(step, weights_version)
     progress = archive.stage_progress(key) or {"iterations_done": 0, "rescored": False, "rollouts": 0}
+    if progress.get("stopped") == "early_stop":  # a resumed stage that had already stopped
+        return archive.accepted(weights_version)
     n_tasks = len(search_tasks)
     probe = search_tasks[0].view()
     _give_prototyper(proposer, domain, sampler, search_tasks, budget, archive, config, weights_version, seed)
@@ -149,6 +158,8 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: S
                                 seed, step * 1000 + call)
         progress["rollouts"] += len(affordable) * n_tasks
         if len(affordable) < len(ids):
+            if call:  # a proposer iteration's candidates (call 0 re-scores the incoming harness)
+                progress["candidates_evaluated"] = progress.get("candidates_evaluated", 0) + len(affordable)
             raise _OutOfBudget()
 
     try:
@@ -182,10 +193,18 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: S
                     invalid += 1
                 else:
                     valid.append(cid)
+            if not evaluated_before_kill:
+                progress["evaluating_ids"] = valid  # this iteration's candidates, kept across a kill
             progress["evaluating"] = iteration
             archive.set_stage_progress(key, progress)
             evaluate(valid, iteration + 1)
+            candidates = list(progress.get("evaluating_ids", valid))
             progress["iterations_done"] = iteration + 1
+            progress["candidates_evaluated"] = progress.get("candidates_evaluated", 0) + len(candidates)
+            threshold = config.early_stop_success_rate
+            if threshold and any((archive.entry(cid).score(weights_version) or 0.0) >= threshold
+                                 for cid in candidates):
+                progress["stopped"] = "early_stop"
             archive.set_stage_progress(key, progress)
             if on_iteration:
                 board = archive.leaderboard(weights_version)
@@ -194,10 +213,23 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: S
                               "candidates_evaluated": len(valid), "best_score": board[0][1] if board else None,
                               "accepted_id": archive.accepted(weights_version), "rollouts_spent": progress["rollouts"],
                               "budget_spent": budget.spent, "wall_s": time.perf_counter() - started})
+            if progress.get("stopped") == "early_stop":
+                break
     except _OutOfBudget:
         progress["stopped"] = "budget"
         archive.set_stage_progress(key, progress)
     return archive.accepted(weights_version)
+
+
+def _stage_key(step: int, weights_version: int) -> str:
+    return f"step{step}-w{weights_version}"
+
+
+def stage_outcome(archive: Archive, step: int, weights_version: int) -> dict[str, Any]:
+    """What the `run_search_stage` call at (`step`, `weights_version`) recorded: iterations_done,
+    candidates_evaluated (proposer candidates, the re-scored harnesses not counted), rollouts,
+    and `stopped` ("budget" or "early_stop") when it ended before its iterations."""
+    return archive.stage_progress(_stage_key(step, weights_version))
 
 
 class _OutOfBudget(Exception):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -64,6 +65,11 @@ class RunConfig:
     # Mechanics presets only (smoke): no turn samples more new tokens than this, whatever the
     # harness asks (the tiny random model never samples EOS). None: the harness's limits stand.
     max_new_tokens_cap: int | None = None
+    # Response tokens per episode, all turns together (the authors' assistant-token budget:
+    # 8,192; chess 8,129). A turn asks for at most what its episode has left, and the h0's own
+    # per-turn limit (its `max_new_tokens`, 256) is raised to this budget, since theirs has
+    # none. None (cpu, smoke): no episode budget, the h0's 256 per turn stands.
+    max_response_tokens: int | None = None
     # mode rollouts (one shared rollout budget) | weight_steps (equal RSFT batches, search on top);
     # an int is a rollouts-mode budget of that many rollouts.
     budget: BudgetConfig = field(default_factory=BudgetConfig)
@@ -101,6 +107,8 @@ class RunConfig:
             self.budget = BudgetConfig(rollouts=self.budget)
         elif isinstance(self.budget, dict):
             self.budget = BudgetConfig(**self.budget)
+        if self.max_response_tokens is not None and self.max_response_tokens <= 0:
+            raise ValueError(f"max_response_tokens must be positive or None, got {self.max_response_tokens}")
         if min(self.n_test, self.eval_k) <= 0 or min(self.eval_top_k, self.eval_temperature) < 0:
             raise ValueError("n_test and eval_k must be positive, eval_top_k and eval_temperature >= 0")
         if self.budget.mode == "weight_steps" and self.method in SEARCH_CAPPED and self.budget.search_iterations <= 0:
@@ -166,6 +174,16 @@ def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
             else value
     return out
+
+
+def per_turn_limit(h0_source: str, max_response_tokens: int | None) -> str:
+    """The h0 with its per-turn `max_new_tokens` class attribute raised to the episode's
+    response budget (theirs caps only the episode); unchanged without a budget, or for an
+    h0 that sets no such attribute."""
+    if max_response_tokens is None:
+        return h0_source
+    line = f"    max_new_tokens = {max_response_tokens}  # per turn: what the episode's response budget has left"
+    return re.sub(r"^    max_new_tokens = \d+.*$", line, h0_source, count=1, flags=re.MULTILINE)
 
 
 def mean_at_k(trajectories: list[Trajectory], domain: Domain) -> dict[str, Any]:
@@ -257,9 +275,11 @@ class _Driver:
         self.policy = policy
         self.sampler = policy.sampler
         self.sampler.max_new_tokens_cap = config.max_new_tokens_cap
+        self.sampler.max_response_tokens = config.max_response_tokens
         self.run.log = timed_log(self.run, self.clock, self.sampler)  # type: ignore[method-assign]
         self.budget = RolloutBudget(config.budget.rollout_total)
-        self.h0_source = self.domain.initial_harness_source(config.initial_harness)
+        self.h0_source = per_turn_limit(self.domain.initial_harness_source(config.initial_harness),
+                                        config.max_response_tokens)
         self.seed_id = harness_id(self.h0_source)  # h0: shipped with whalekit, the only trusted harness
         self.archive_root = self.run.root / "archive"
         self.archive: Any = None  # the archive of the current harness phase (opened by `open_archive`)
@@ -465,7 +485,7 @@ class _Driver:
         return True
 
     def harness_step(self, state: RunState) -> bool:
-        from whalekit.search import run_search_stage
+        from whalekit.search import run_search_stage, stage_outcome
 
         if self.budget.remaining < len(self.splits.search):
             return False
@@ -486,8 +506,17 @@ class _Driver:
         # killed attempt at this very step had already written.
         state.search_rollouts = self.archive_rollouts()
         self.restore_budget(state.search_rollouts)
-        if state.search_rollouts == before:
-            return False
+        outcome = stage_outcome(self.archive, state.step, self.sampler.version)
+        completed = outcome.get("iterations_done", 0) >= 1
+        if not completed and state.search_rollouts == before:
+            return False  # the budget could not cover the iteration
+        # An iteration that evaluated no new candidate (none proposed, all invalid, or only the
+        # incoming harness re-scored before the budget ran out) still counts, as in the
+        # authors' search: the stage goes on to its I iterations.
+        empty = not outcome.get("candidates_evaluated", 0)
+        state.stage_empty_steps += int(empty)
+        if outcome.get("stopped") == "early_stop":
+            state.stage_stop = "early_stop"
         state.accepted_id = accepted
         state.search_iterations = state.search_iterations + 1
         board = self.archive.leaderboard(self.sampler.version)
@@ -496,10 +525,13 @@ class _Driver:
         self.run.log("search_iteration", phase_step=state.step, rollouts=self.budget.spent,
                      weights_version=self.sampler.version, accepted_id=accepted, best_score=best,
                      accepted_score=self.archive.entry(accepted).score(self.sampler.version),
-                     archive_size=len(self.archive))
+                     archive_size=len(self.archive), candidates_evaluated=outcome.get("candidates_evaluated", 0),
+                     empty=empty, early_stop=state.stage_stop == "early_stop")
         return True
 
     def stage_finished(self, state: RunState, stage: Stage) -> bool:
+        if state.stage_stop:  # the search accepted a candidate at the early-stop success rate
+            return True
         if stage.adaptive:
             cfg = self.config.adaptive
             if stage.kind == "harness":
@@ -515,6 +547,33 @@ class _Driver:
         if stage.kind == "weight":
             return state.stage_problems >= round(stage.epochs * len(self.splits.train))
         return state.stage_steps >= stage.iterations
+
+    def end_stage(self, state: RunState, stage: Stage, budget_exhausted: bool = False) -> None:
+        """Close the running stage: history, stall count, `stage_end`, and a test evaluation
+        when it changed something (a step that was not an empty search iteration)."""
+        rollouts = self.budget.spent - state.stage_rollouts_start
+        state.history.append({"kind": stage.kind, "rollouts": rollouts, "steps": state.stage_steps})
+        productive = state.stage_steps - state.stage_empty_steps
+        state.stalled = 0 if productive else state.stalled + 1
+        extra: dict[str, Any] = {}
+        if stage.kind == "harness":  # a phase whose every iteration was empty says so
+            extra = {"empty_steps": state.stage_empty_steps,
+                     "empty": bool(state.stage_steps) and not productive}
+            if state.stage_stop:
+                extra["stopped"] = state.stage_stop
+        if budget_exhausted:
+            extra["budget_exhausted"] = True
+        self.run.log("stage_end", kind=stage.kind, stage=len(state.history) - 1, rollouts=self.budget.spent,
+                     steps=state.stage_steps, stage_rollouts=rollouts, **extra)
+        self.report_stage(state, stage.kind)
+        if productive or (state.stage_steps and self.changed_since_evaluation(state)):
+            self.evaluate(state, f"after {stage.kind} stage")
+        state.stage = None
+
+    def changed_since_evaluation(self, state: RunState) -> bool:
+        """The weights or the accepted harness differ from those of the last test evaluation."""
+        last = self.run.events("test_eval")[-1]
+        return (last["weights_version"], last["accepted_id"]) != (self.sampler.version, state.accepted_id)
 
     # -- the loop -------------------------------------------------------------------------
     def execute(self) -> RunDir:
@@ -559,15 +618,14 @@ class _Driver:
                     state.stage_steps += 1
                     state.step += 1
                 if not progressed or self.stage_finished(state, stage):
-                    rollouts = self.budget.spent - state.stage_rollouts_start
-                    state.history.append({"kind": stage.kind, "rollouts": rollouts, "steps": state.stage_steps})
-                    state.stalled = 0 if state.stage_steps else state.stalled + 1
-                    self.run.log("stage_end", kind=stage.kind, stage=len(state.history) - 1,
-                                 rollouts=self.budget.spent, steps=state.stage_steps, stage_rollouts=rollouts)
-                    self.report_stage(state, stage.kind)
-                    if state.stage_steps:
-                        self.evaluate(state, f"after {stage.kind} stage")
-                    state.stage = None
+                    self.end_stage(state, stage)
+                self.commit(state)
+            if state.stage is not None:  # the budget ran out in the middle of a stage: close it
+                self.end_stage(state, Stage(**state.stage), budget_exhausted=True)
+                self.commit(state)
+            # "final" is what the run ends with: evaluated after the last rollout.
+            if self.changed_since_evaluation(state):
+                self.evaluate(state, "final")
                 self.commit(state)
             evals = self.run.events("test_eval")
             best = max(evals, key=lambda e: e["mean_at_k"])

@@ -80,6 +80,9 @@ HARNESS_ALIASES = {"h0_faithful": "h0"}  # the authors' h0, by the name the cpu 
 class Domain(ABC):
     name: str = "domain"
     tools_description: str = ""  # what a proposer needs to know about the toolbox
+    # An LLM proposer may run drafts (the `prototype` tool, whalekit's stand-in for the Bash the
+    # authors' search QA and math proposers have); their chess proposer has no shell: False there.
+    proposer_prototyping: bool = True
 
     @abstractmethod
     def load_splits(self, **config: Any) -> Splits: ...

@@ -34,6 +34,7 @@ class ChessDomain(Domain):
     name = "chess"
     tools_description = TOOLS_DESCRIPTION
     failure_modes = ("no_answer", "format_invalid", "illegal_move", "wrong_move", "incomplete_line")
+    proposer_prototyping = False  # meta_harness_chess_puzzle.py: Read/Glob/Grep/Write/Edit, no shell
 
     def __init__(self, mate_in_2_fraction: float = 0.0, min_mating_moves: int = 1,
                  max_legal_moves: int | None = None, guidance: float = 0.2, notation: str = "plain"):
