@@ -64,7 +64,7 @@ def test_a_malformed_row_is_reported_with_file_and_line():
 def test_a_non_json_line_is_reported_with_its_line(tmp_path):
     bad = tmp_path / "aime.jsonl"
     bad.write_text('{"problem": "ok", "answer": "1"}\n{"problem": broken\n')
-    with pytest.raises(MathDataError, match=r"aime\.jsonl:2: not valid JSON"):
+    with pytest.raises(MathDataError, match=r"aime\.jsonl:2: invalid JSON"):
         load_aime(bad)
 
 

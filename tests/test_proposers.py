@@ -203,5 +203,5 @@ def test_ledger_skips_a_torn_last_line_and_names_a_bad_middle_line(tmp_path: Pat
     assert ledger.totals()["anthropic"] == {"calls": 1, "tokens_in": 30, "tokens_out": 10,
                                             "cost_usd": pytest.approx(0.003)}
     ledger.path.write_text('{"bad\n' + ledger.path.read_text())
-    with pytest.raises(ValueError, match=r"ledger.jsonl: line 1"):
+    with pytest.raises(ValueError, match=r"ledger.jsonl:1: invalid JSON"):
         ledger.events()

@@ -21,7 +21,7 @@ to the data, and lays its text out with constrained layout so that no two labels
 from __future__ import annotations
 
 import functools
-import json
+import math
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +31,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from whalekit.runs import read_jsonl_records
 from whalekit.schedules import AdaptiveConfig
 from whalekit.stats import Interval, bootstrap_mean
 from whalekit.tables import (
@@ -315,11 +316,10 @@ def behaviour_units(runs: list[RunSummary]) -> dict[str, str]:
     kinds: dict[str, set[bool]] = {}
     for run in runs:
         for path in sorted((run.path / "test").glob("eval-*.jsonl"))[:1]:
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    for key, value in json.loads(line).get("flags", {}).items():
-                        if isinstance(value, (bool, int, float)):
-                            kinds.setdefault(key, set()).add(isinstance(value, bool))
+            for record in read_jsonl_records(path):
+                for key, value in record.get("flags", {}).items():
+                    if isinstance(value, (bool, int, float)):
+                        kinds.setdefault(key, set()).add(isinstance(value, bool))
     units = {}
     for metric in behaviour_keys(runs):
         if metric in kinds:
@@ -579,7 +579,6 @@ def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = ""
 def fitted_range(values: list[float], step: float = 5.0) -> tuple[float, float]:
     """A colour scale's (low, high) fitted to the data: the values' range widened to
     multiples of `step` (a single value gets one step around it), never beyond 0–100."""
-    import math
 
     if not values:
         return 0.0, 100.0
