@@ -1,7 +1,7 @@
 """The paper's figures, drawn with matplotlib from run directories (never from notebook
 outputs), so `runs/` alone reproduces every figure.
 
-Every figure uses the same colour per method (`METHOD_COLOURS`), labels its axes with
+Every figure uses the same colour per method (`whalekit.methods`), labels its axes with
 units ("rollouts", "test mean@8 (%)"), is sized for a paper column (readable at 100 %),
 and `save_figure` writes it as PNG and PDF.
 
@@ -31,6 +31,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from whalekit.methods import METHOD_COLOURS, METHOD_LABELS, METHOD_ORDER
 from whalekit.runs import read_jsonl_records
 from whalekit.schedules import AdaptiveConfig
 from whalekit.stats import Interval, bootstrap_mean
@@ -38,8 +39,6 @@ from whalekit.tables import (
     DOMAIN_ORDER,
     FLOOR_LABEL,
     H0_LABEL,
-    METHOD_LABELS,
-    METHOD_ORDER,
     POINT_LABELS,
     RunSummary,
     floor_interval,
@@ -48,9 +47,6 @@ from whalekit.tables import (
     schedule_label,
 )
 
-# Colour-blind-safe (Okabe–Ito), one per method, identical in every figure.
-METHOD_COLOURS = {"whale": "#0072b2", "adaptive": "#56b4e9", "weight_only": "#e69f00", "harness_only": "#009e73",
-                  "stagewise": "#d55e00", "stagewise_reverse": "#cc79a7", "fst": "#7f7f7f"}
 PAPER_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
                "xtick.labelsize": 7, "ytick.labelsize": 7, "lines.linewidth": 1.4, "axes.spines.top": False,
                "axes.spines.right": False, "savefig.dpi": 200, "figure.dpi": 100}

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whalekit.methods import METHOD_NAMES
 from whalekit.presets import load_preset
 from whalekit.progress import OverallProgress, RunWatcher
 from whalekit.provenance import REUSE_ENV, provenance, provenance_changes, recorded_provenance
@@ -42,7 +43,7 @@ from whalekit.whale import check_not_stale, resolve_config
 from whalekit.widgets import HEADLESS_ENV
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-METHODS = ("whale", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
+METHODS = METHOD_NAMES
 QUICKSTART, DOMAIN_RUN = "01_quickstart", "02_domain_run"
 ANALYSIS = ("03_main_comparison", "04_bottleneck", "05_schedule_grid", "06_adaptive", "07_harness_archive")
 NOTEBOOKS = (QUICKSTART, DOMAIN_RUN, *ANALYSIS)

@@ -22,16 +22,13 @@ import pandas as pd
 
 from whalekit.domains.base import get_domain
 from whalekit.domains.chess.baselines import random_legal_move_score
+from whalekit.methods import METHOD_LABELS, METHOD_ORDER, SEARCH_METHODS
 from whalekit.presets import load_preset
 from whalekit.runs import RunDir, read_jsonl_records
 from whalekit.schedules import parse_schedule
 from whalekit.stats import N_RESAMPLES, Interval, bootstrap_mean, paired_difference
-from whalekit.whale import SEARCH_METHODS, resolve_config
+from whalekit.whale import resolve_config
 
-METHOD_ORDER = ("whale", "adaptive", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst")
-METHOD_LABELS = {"whale": "WHALE", "adaptive": "WHALE (adaptive)", "weight_only": "weights only",
-                 "harness_only": "harness only", "stagewise": "stagewise (W→H)",
-                 "stagewise_reverse": "stagewise (H→W)", "fst": "FST (prompt only)"}
 DOMAIN_ORDER = ("chess", "math", "searchqa", "toy")
 # The three numbers of a run, each with the words every table and figure prints beside it.
 POINTS = ("final", "selected", "best")
