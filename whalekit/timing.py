@@ -130,7 +130,7 @@ def timed_log(run: Any, clock: PhaseClock, sampler: Any = None) -> Any:
         return {CACHE_KEY: delta}
 
     def log_with_timing(event: str, **fields: Any) -> dict[str, Any]:
-        return log(event, **fields, **{EVENT_KEY: clock.take()}, **prompt_cache())  # type: ignore[no-any-return]
+        return log(event, **fields, **{EVENT_KEY: clock.take()}, **prompt_cache())
 
     return log_with_timing
 

@@ -286,7 +286,7 @@ class BackendSampler(Sampler):
         self.rollout_backend = backend
         self.tokenizer = tokenizer
 
-    @property  # type: ignore[override]
+    @property
     def version(self) -> int:
         return self.rollout_backend.version
 
