@@ -120,7 +120,6 @@ def one_line(text: str) -> str:
 def resolve(preset: str, domain: str, method: str = "whale", schedule: str | None = None, seed: int = 0,
             runs_root: str = "runs", set_pairs: list[str] | None = None, **extra: Any) -> Any:
     """resolve_config with checked overrides; any configuration error becomes a CLIError."""
-
     overrides = parse_overrides(set_pairs or [])
     check_overrides(overrides)
     overrides.update(extra)

@@ -57,7 +57,6 @@ def read_harness(path: str) -> str:
 
 def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """(config, domain, splits) from the preset, with the --set overrides and --isolation."""
-
     extra = {"isolation": args.isolation} if args.isolation else {}
     config = resolve(args.preset, args.domain, "whale", None, args.seed, args.runs_root, args.set, **extra)
     if config.isolation != isolation_mode():
@@ -73,7 +72,6 @@ def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
 def load_policy_for(config: Any) -> Any:
     """The policy the run would sample with (tests replace this with the tiny model)."""
-
     if config.sampler == "hf":
         return load_policy(config.model)
     return load_policy(config.model, sampler=config.sampler, vllm_options=config.vllm_options)
@@ -82,7 +80,6 @@ def load_policy_for(config: Any) -> Any:
 def proposer_feedback(source: str, task: Any, limits: Any) -> tuple[str | None, str | None]:
     """(static problem, dry-run problem), each None when that check passes: the words a
     proposer gets back from `write_candidate` and from the search stage's dry run."""
-
     static = validate_source(source)
     if static:
         return static, None
@@ -155,7 +152,6 @@ def summary_lines(harness: str, config: Any, split: str, n_tasks: int, k: int, m
 
 def write_trace(path: Path, lines: list[str], trajectories: list[Any]) -> Path:
     """One self-contained HTML page: the summary, then every trajectory (wrong ones first)."""
-
     path.parent.mkdir(parents=True, exist_ok=True)
     ordered = sorted(trajectories, key=lambda t: (bool(t.correct), t.task_id, t.sample_index))
     body = "".join(f"<p>{html.escape(line)}</p>" for line in lines)

@@ -575,7 +575,6 @@ def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = ""
 def fitted_range(values: list[float], step: float = 5.0) -> tuple[float, float]:
     """A colour scale's (low, high) fitted to the data: the values' range widened to
     multiples of `step` (a single value gets one step around it), never beyond 0–100."""
-
     if not values:
         return 0.0, 100.0
     low = step * math.floor(min(values) / step)

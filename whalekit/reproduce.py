@@ -139,7 +139,6 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     `domains` defaults to the preset's domains except the toy one (which exists for
     mechanics), unless toy is all there is. Runs go under `runs_root/<preset>/`; figures
     default to `figures_dir(preset)`."""
-
     data = load_preset(preset)
     preset_name = Path(preset).stem
     runs_root = Path(runs_root).resolve()
@@ -214,7 +213,6 @@ def run_set_defaults(data: dict[str, Any]) -> dict[str, Any]:
 def reusable(job: Job) -> bool:
     """A domain-run notebook need not run again when its run is finished and its figure
     and executed copy exist (analysis notebooks always re-run: they are cheap)."""
-
     return bool(job.run_dir and RunDir(job.run_dir).done and job.output.exists()
                 and all(p.exists() and p.stat().st_size > 0 for p in job.expected))
 
@@ -223,7 +221,6 @@ def foreign_runs(jobs: list[Job]) -> list[tuple[Job, list[str]]]:
     """The jobs whose run directory holds a run (finished or not) made by other code or
     with another sampler than the current ones, each with how its provenance differs
     (whalekit.provenance; a run that recorded none counts as foreign)."""
-
     current: dict[str, dict[str, Any]] = {}  # by requested sampler: hashing the package once each
     found = []
     for job in jobs:
@@ -244,7 +241,6 @@ def handle_foreign_runs(jobs: list[Job], reuse: bool = False, log: Callable[[str
     re-made: its folder moves to runs_root/foreign-runs/<preset>/<domain>/<run>-<time> (kept,
     out of the tables' reach) so the job runs again. With `reuse` it is kept and the
     driver is told to accept it (WHALEKIT_REUSE_FOREIGN_RUNS=1, inherited by the notebooks)."""
-
     found = foreign_runs(jobs)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     for job, changes in found:
@@ -314,7 +310,6 @@ def run_jobs(jobs: list[Job], notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "
     the quickstart still runs first and the analysis notebooks after every run. Worth it
     where a run's time is mostly one-threaded Python (imports, the tiny model: the smoke
     preset), not where the model's matmuls already fill every core (cpu preset)."""
-
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1, got {parallel}")
     overall = OverallProgress(job_costs(jobs), parallel=parallel)
@@ -381,7 +376,6 @@ def _run_at_once(indices: list[int], one: Callable[[int], None], parallel: int) 
     """`one(i)` for each index, `parallel` at a time, started in order. A job is started only
     when a slot frees and nothing has failed; after a failure the running jobs end (their
     runs are kept, a later pass reuses them) and the first failure is raised."""
-
     pending = list(indices)
     running: set[Future[None]] = set()
     with ThreadPoolExecutor(max_workers=parallel) as pool:

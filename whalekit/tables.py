@@ -126,7 +126,6 @@ class RunSummary:
         harness's newest earlier score when the weights changed after it was last scored);
         for weights-only training, the sliding-window training reward of the last RSFT
         batch before the evaluation. None where no signal exists yet."""
-
         if self.method in SEARCH_METHODS:
             scores = self._search_scores()
             out: list[float | None] = []
@@ -223,7 +222,6 @@ def _sort_key(run: RunSummary) -> tuple[Any, ...]:
 
 def default_run_name(preset: str, domain: str, method: str, seed: int) -> str:
     """The run name the preset's default schedule gives a method: the main comparison's run."""
-
     return resolve_config(preset, domain=domain, method=method, seed=seed).run_name
 
 
@@ -237,7 +235,6 @@ def main_runs(runs_root: str | Path, preset: str, domain: str | None = None) -> 
 def grid_runs(runs_root: str | Path, preset: str) -> list[RunSummary]:
     """The schedule grid: WHALE at every schedule the preset's `grid` lists, plus stagewise,
     on the grid's domain."""
-
     grid = load_preset(preset).get("grid") or {}
     if "domain" not in grid:
         raise ValueError(f"preset {preset!r} has no 'grid' section with a domain")
@@ -302,7 +299,6 @@ def floor_scores(runs: list[RunSummary], score: Callable[..., Any] | None = None
     """The chess random-legal-move floor on each seed's own test problems, for the `floors`
     argument of the tables: domain -> seed -> score(tasks, k=, seed=). `score` defaults to
     whalekit.domains.chess.baselines.random_legal_move_score (chess runs only)."""
-
     if score is None:
         score = random_legal_move_score
         runs = [r for r in runs if r.domain == "chess"]

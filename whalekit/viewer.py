@@ -33,7 +33,6 @@ def find_run_dirs(runs_root: str | Path, preset: str) -> list[Path]:
 def run_sources(run_root: str | Path) -> dict[str, list[Trajectory]]:
     """Everything a run kept that can be browsed: each test evaluation ('test eval-000')
     and each archive candidate's search-split evaluation ('<id> @ w<version>')."""
-
     run = RunDir(run_root)
     sources: dict[str, list[Trajectory]] = {}
     for path in sorted((run.root / "test").glob("eval-*.jsonl")):
@@ -48,7 +47,6 @@ def run_sources(run_root: str | Path) -> dict[str, list[Trajectory]]:
 
 def accepted_harness(run_root: str | Path) -> str | None:
     """The harness the run ended with (its last accepted one so far when unfinished)."""
-
     run = RunDir(run_root)
     for kind in ("run_end", "test_eval"):
         events = run.events(kind)
@@ -59,7 +57,6 @@ def accepted_harness(run_root: str | Path) -> str | None:
 
 def source_harness(run_root: str | Path, source: str) -> str | None:
     """The harness that produced a source's trajectories."""
-
     if not source.startswith(TEST_PREFIX):
         return source.split(" @ ")[0]
     index = int(source.split("-")[-1])
@@ -122,7 +119,6 @@ def default_source(run_root: str | Path, sources: dict[str, list[Trajectory]]) -
 def source_diff_html(run_root: Path, source: str | None) -> str:
     """The diff for a source: a candidate against its parent, a test evaluation's harness
     against the archive's seed (h0, or the phase's incoming harness)."""
-
     domain = RunDir(run_root).config()["domain"]
     if not source or archive_holding(run_root / "archive", domain) is None:
         return "<div>this run has no harness archive (its harness never changed)</div>"
@@ -135,7 +131,6 @@ def source_diff_html(run_root: Path, source: str | None) -> str:
 
 def _load_tokenizer(run_root: Path) -> Any:
     """The run's tokenizer, for token pieces; None when it cannot be loaded here."""
-
     try:
         return load_tokenizer(resolve_model_dir(RunDir(run_root).config()["model"]))
     except Exception:  # noqa: BLE001 - the text view needs no tokenizer
@@ -247,7 +242,6 @@ def browse(runs_root: str | Path, preset: str = "cpu", interactive: bool | None 
     Static (no widgets, or `interactive=False`): the most informative run's accepted
     harness diff and `static_examples` trajectories as HTML. `tokens` shows each
     completion as the sampled token pieces (loads the run's tokenizer)."""
-
     base = Path(runs_root) / Path(preset).stem
     runs = find_run_dirs(runs_root, preset)
     if not runs:

@@ -101,7 +101,6 @@ def trained_turns(trajectory: Trajectory, accepted: bool | None = None, max_seq_
     of `whalekit.rsft.training_sequences`: the trajectory was accepted (default: the
     verifier judged it correct), the turn generated tokens, and prompt + completion fit
     in `max_seq_len`."""
-
     accepted = trajectory.correct if accepted is None else accepted
     if not accepted:
         return [False] * len(trajectory.turns)
@@ -235,7 +234,6 @@ def widgets_available() -> bool:
     headless: a kernel cannot see whether a front end is attached, so headless drivers
     (`whalekit.reproduce`, the notebook tests) set WHALEKIT_HEADLESS=1 for the kernels
     they start."""
-
     if os.environ.get(HEADLESS_ENV, "") not in ("", "0"):
         return False
     try:

@@ -253,7 +253,6 @@ class RayBackend:
     def policy(self) -> Any:
         """A Policy for the drivers: the tokenizer and model path for the trainer, and a
         sampler that runs on the workers. It holds no model in the driver."""
-
         return Policy(self.model, self.path, self.sampler.tokenizer, None, self.sampler)
 
     def close(self) -> None:

@@ -209,7 +209,6 @@ def known_domains() -> list[str]:
 def get_domain(name: str, **options: Any) -> Domain:
     """Build a domain by name: a built-in one, one given to `register_domain`, or one an
     installed package declares under the `whalekit.domains` entry-point group."""
-
     factory: Any = _REGISTRY.get(name)
     if factory is None:
         entry = _entry_points().get(name)

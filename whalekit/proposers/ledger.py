@@ -213,7 +213,6 @@ def cost_report(archive: Any, ledger: Ledger | None = None) -> str:
 def run_cost_report(archive_root: str | Path, domain: str) -> str:
     """`cost_report` for every archive of a run (one per harness phase with
     `archive_scope: round`, each with its own ledger), as `whalekit report` prints it."""
-
     folders = archive_folders(archive_root)
     if not folders:
         return "Proposer cost: no archive in this run."

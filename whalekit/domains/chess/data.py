@@ -63,7 +63,6 @@ class Puzzle:
         number of moves to find and the environment's first observation (board, legal
         moves); the solution goes to `reference` only. In the default notation no SAN
         carries the '+'/'#' that would mark check or mate."""
-
         board = chess.Board(self.fen)
         last_move = self.last_move
         if last_move and check_notation(notation) == "plain":
