@@ -14,6 +14,7 @@ import pytest
 from whalekit.archive import Archive
 from whalekit.domains.toy import ToyDomain
 from whalekit.episode import harness_id
+from whalekit.proposers.report import render_report
 from whalekit.types import Trajectory
 
 H0 = ToyDomain().initial_harness_source()
@@ -90,7 +91,7 @@ def test_report_groups_failures_and_shows_what_new_weights_solve_or_lose(tmp_pat
     archive.record_evaluation(seed, 1, _trajectories([False, True, False]), ["wrong_answer", None, "wrong_answer"])
     child = archive.add(H0.replace("max_turns = 1", "max_turns = 2"), [seed], "retry")
     archive.mark_invalid(child, "dry run failed: boom")
-    text = archive.report()
+    text = render_report(archive)
     assert "### wrong_answer: 2 tasks" in text
     assert "behaviour flags over these failures: truncated=2/2, turns=mean 2.00" in text
     assert "now solved: ['t1']" in text and "now lost: ['t0']" in text
@@ -103,7 +104,7 @@ def test_malformed_record_names_the_file_and_line(tmp_path: Path) -> None:
     archive.record_evaluation(seed, 0, _trajectories([True, False]), [None, "no_answer"])
     path = tmp_path / "candidates" / seed / "outcomes_w0.jsonl"
     path.write_text(path.read_text() + "{not json\n")
-    with pytest.raises(ValueError, match=r"outcomes_w0.jsonl: line 3"):
+    with pytest.raises(ValueError, match=r"outcomes_w0.jsonl:3: invalid JSON"):
         archive.outcomes(seed, 0)
 
 

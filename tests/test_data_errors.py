@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from whalekit.domains.chess.data import load_lichess_csv
-from whalekit.domains.math.data import load_aime, load_dapo, load_gsm8k
-from whalekit.domains.searchqa.data import load_corpus_jsonl, load_hotpotqa, load_qa_jsonl
+from whalekit.domains.chess.data import PuzzleDataError, load_lichess_csv
+from whalekit.domains.math.data import MathDataError, load_aime, load_dapo, load_gsm8k
+from whalekit.domains.searchqa.data import DataFormatError, load_corpus_jsonl, load_hotpotqa, load_qa_jsonl
 from whalekit.domains.searchqa.splits import load_qa_files
+from whalekit.errors import DataError
 from whalekit.presets import load_preset
+from whalekit.runs import read_jsonl
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -108,3 +110,19 @@ def test_preset_yaml(tmp_path):
     with pytest.raises(ValueError) as exc:
         load_preset(str(path))
     assert re.fullmatch(rf"{re.escape(str(path))}:\d+: malformed YAML \(.+\)", str(exc.value)), str(exc.value)
+
+
+def test_one_jsonl_reader_leaves_out_a_torn_last_line_and_names_any_other_bad_line(tmp_path):
+    path = write(tmp_path / "events.jsonl", '{"a": 1}', "", '{"b": 2}')
+    path.write_text(path.read_text() + '{"c": ')  # a writer killed mid-line
+    assert list(read_jsonl(path)) == [(1, {"a": 1}), (3, {"b": 2})]
+    path.write_text('{"a": 1}\n{"b": 2}')  # a complete last line without its newline is kept
+    assert [record for _, record in read_jsonl(path)] == [{"a": 1}, {"b": 2}]
+    path.write_text('{"a": 1}\n{"c": \n{"b": 2}\n')
+    with pytest.raises(DataError) as exc:
+        list(read_jsonl(path))
+    assert_names_line(exc, path, 2, "invalid JSON")
+
+
+def test_every_domain_data_error_is_one_data_error():
+    assert all(issubclass(error, DataError) for error in (MathDataError, PuzzleDataError, DataFormatError))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from fakes.harnesses import CalculatorThenAnswer
 
 from whalekit.domains.base import get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
-from whalekit.harness import FinalAnswer, GenerationSettings, Harness, ToolCalls
+from whalekit.harness import FinalAnswer, Harness
 from whalekit.samplers import GenerationRequest, SamplingParams
-from whalekit.types import ToolCall
 
 
 def _prompts(tokenizer, n=6):
@@ -89,29 +89,10 @@ def test_a_harness_that_raises_fails_only_its_own_episode(tiny_policy):
     assert trajectories[0].final_answer is not None
 
 
-class _CalculatorThenAnswer(Harness):
-    """Calls the toy calculator on turn one, answers with its output on turn two."""
-
-    max_turns = 2
-
-    def generation_settings(self, state):
-        return GenerationSettings(max_new_tokens=3, prefill="Sure: ")
-
-    def parse(self, reply, state):
-        if state.turn == 1:
-            a, b = [int(x) for x in state.task.inputs["question"].rstrip("?").split("is ")[1].split(" + ")]
-            return ToolCalls([ToolCall("calculator", {"expression": f"{a} + {b}"})])
-        return FinalAnswer(state.scratch["result"])
-
-    def format_tool_result(self, result, state):
-        state.scratch["result"] = result.output
-        return f"Result: {result.output}"
-
-
 def test_multi_turn_tool_use_prefill_and_verification(tiny_policy):
     domain = get_domain("toy")
     tasks = domain.load_splits(2, 1, 1, seed=1).train
-    trajectories = rollout(domain, [Episode(t, InProcessHarness(_CalculatorThenAnswer())) for t in tasks],
+    trajectories = rollout(domain, [Episode(t, InProcessHarness(CalculatorThenAnswer())) for t in tasks],
                            tiny_policy.sampler, RolloutConfig(temperature=1.0, progress=False))
     for traj, task in zip(trajectories, tasks):
         assert len(traj.turns) == 2
@@ -156,7 +137,7 @@ def test_an_episode_stops_when_its_response_budget_is_spent_and_each_turn_asks_f
     turns together never generate more; the turn that would start past it ends the episode."""
     domain = get_domain("toy")
     tasks = domain.load_splits(2, 1, 1, seed=1).train
-    episodes = [Episode(t, InProcessHarness(_CalculatorThenAnswer())) for t in tasks]  # 3 + 3 tokens, 2 turns
+    episodes = [Episode(t, InProcessHarness(CalculatorThenAnswer())) for t in tasks]  # 3 + 3 tokens, 2 turns
 
     def run(config):
         return rollout(domain, episodes, tiny_policy.sampler, config)

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from fakes.samplers import ScriptedSampler
 
 from whalekit.domains.base import get_domain
 from whalekit.domains.math import DEFAULT_MIX, MathDomain
@@ -20,7 +21,6 @@ from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.episode import EpisodeDriver, Finished, GenerateRequest, load_harness
 from whalekit.harness import EpisodeState, FinalAnswer, ToolCalls
 from whalekit.mechanisms import apply_mechanism
-from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams
 from whalekit.types import Task, ToolCall, ToolResult, Trajectory, Turn
 
 FIXTURES = Path(__file__).parent / "fixtures" / "math"
@@ -64,7 +64,7 @@ def test_a_malformed_row_is_reported_with_file_and_line():
 def test_a_non_json_line_is_reported_with_its_line(tmp_path):
     bad = tmp_path / "aime.jsonl"
     bad.write_text('{"problem": "ok", "answer": "1"}\n{"problem": broken\n')
-    with pytest.raises(MathDataError, match=r"aime\.jsonl:2: not valid JSON"):
+    with pytest.raises(MathDataError, match=r"aime\.jsonl:2: invalid JSON"):
         load_aime(bad)
 
 
@@ -201,28 +201,6 @@ def test_the_registry_builds_the_domain_and_its_python_tool_runs_in_the_sandbox(
     assert result.ok and result.output.strip() == "1024"
     assert domain.toolbox().run(ToolCall("python", {}), task.view()).error == "bad_arguments"
     assert "python(code: str)" in domain.tools_description
-
-
-class ScriptedSampler(Sampler):
-    """Replies by turn: a code block first, then whatever `answer` says."""
-
-    def __init__(self, tokenizer, replies):
-        self.tokenizer = tokenizer
-        self.replies = replies
-
-    def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]:
-        out = []
-        for request in requests:
-            prompt = self.tokenizer.decode(request.prompt_ids)
-            outputs = sum(prompt.count(m) - prompt.count(m + "89") for m in ("```output\n", "<tool_response>\n"))
-            turn = min(outputs, len(self.replies) - 1)
-            text = self.replies[turn](prompt)
-            ids = self.tokenizer.encode(text, add_special_tokens=False)[: request.max_new_tokens]
-            out.append(Completion(ids, self.tokenizer.decode(ids), "stop"))
-        return out
-
-    def load_weights(self, state_dict):  # pragma: no cover - not used
-        raise NotImplementedError
 
 
 def _solve_with_code(prompt: str) -> str:

@@ -69,7 +69,7 @@ def test_job_costs_are_each_runs_budget_and_nothing_for_analysis_notebooks(tmp_p
 
     jobs = reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"],
                           methods=["whale", "weight_only"], grid=False)
-    costs = progress.job_costs(jobs)
+    costs = reproduce.job_costs(jobs)
     assert costs == [0.0 if job.run_dir is None else 96.0 for job in jobs] and costs.count(96.0) == 2
 
 

@@ -11,37 +11,12 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="ray is not installed: pip install -e '.[ray]' (the backend is an extra)")
 
+from fakes.harnesses import CALCULATOR_FIRST_SOURCE  # noqa: E402
+
 from whalekit.backends import BackendConfig, StaleWeightsError, make_backend  # noqa: E402
 from whalekit.domains.base import get_domain  # noqa: E402
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout  # noqa: E402
 from whalekit.models import load_policy  # noqa: E402
-
-# A multi-turn candidate that runs behind the sandbox: a tool call first, then an answer.
-CANDIDATE = '''
-from whalekit.harness import FinalAnswer, FormatError, GenerationSettings, Harness, ToolCalls
-from whalekit.types import ToolCall
-
-
-class CalculatorFirst(Harness):
-    max_turns = 2
-
-    def initial_tool_calls(self, task):
-        a, b = task.inputs["question"].rstrip("?").split("is ")[1].split(" + ")
-        return [ToolCall("calculator", {"expression": a + " + " + b})]
-
-    def first_user_message(self, task, initial_results):
-        return task.inputs["question"] + " (calculator says " + initial_results[0].output + ")"
-
-    def generation_settings(self, state):
-        return GenerationSettings(max_new_tokens=6, prefill="Answer: ")
-
-    def parse(self, reply, state):
-        digits = [w for w in reply.split() if w.isdigit()]
-        return FinalAnswer(digits[-1]) if digits else FormatError("no number")
-
-    def error_feedback(self, error, state):
-        return "Reply with a number."
-'''
 
 
 @pytest.fixture(scope="session")
@@ -97,7 +72,7 @@ def _episodes(domain, isolated: bool = True, n_tasks: int = 4, samples: int = 2)
     episodes = [Episode(t, h0, i) for t in tasks for i in range(samples)]
     runtimes = []
     if isolated:
-        runtimes.append(IsolatedHarness(CANDIDATE))
+        runtimes.append(IsolatedHarness(CALCULATOR_FIRST_SOURCE))
         episodes += [Episode(t, runtimes[-1], i) for t in tasks for i in range(samples)]
     return episodes, runtimes
 

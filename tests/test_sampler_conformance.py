@@ -12,6 +12,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from fakes.harnesses import CalculatorTwice
 
 from whalekit.samplers import GenerationRequest, SamplingParams
 
@@ -260,21 +261,8 @@ def test_submitted_requests_finish_as_generate_would_sample_them(sampler):
 def test_continuous_and_lockstep_rollouts_record_the_same_greedy_trajectories(sampler):
     from whalekit.domains.base import get_domain
     from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
-    from whalekit.harness import FinalAnswer, GenerationSettings, Harness, ToolCalls
-    from whalekit.types import ToolCall
 
     _continuous_or_skip(sampler)
-
-    class CalculatorTwice(Harness):  # two tool turns, then an answer: three turns per episode
-        max_turns = 3
-
-        def generation_settings(self, state):
-            return GenerationSettings(max_new_tokens=4 + 3 * state.turn, stop=["\n"] if state.turn == 1 else [])
-
-        def parse(self, reply, state):
-            if state.turn < 3:
-                return ToolCalls([ToolCall("calculator", {"expression": f"{state.turn} + {len(reply)}"})])
-            return FinalAnswer(reply)
 
     domain = get_domain("toy")
     tasks = domain.load_splits(5, 1, 1, seed=0).train

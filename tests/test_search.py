@@ -13,6 +13,7 @@ from whalekit.budget import RolloutBudget
 from whalekit.domains.toy import ToyDomain
 from whalekit.proposers.base import Candidate, Proposer
 from whalekit.proposers.reflective import ReflectiveProposer
+from whalekit.proposers.report import render_report
 from whalekit.search import SearchConfig, run_search_stage
 
 DOMAIN = ToyDomain()
@@ -90,7 +91,7 @@ def test_reflective_search_records_candidates_charges_each_rollout_once_and_resc
     rescored = [e.id for e in archive.entries() if 1 in e.scores]
     assert archive.seed_id() in rescored and accepted in rescored and len(rescored) <= 2
     assert budget.spent - spent == len(rescored) * len(SPLITS.search)
-    assert "## Weight update 0 -> 1" in archive.report(1)
+    assert "## Weight update 0 -> 1" in render_report(archive, 1)
 
 
 def test_hostile_candidates_end_as_recorded_failures_and_the_search_goes_on(tmp_path: Path,

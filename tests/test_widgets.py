@@ -118,10 +118,10 @@ def test_diffs_compare_normalised_sources_so_only_real_changes_show():
 def test_browse_degrades_to_static_html_without_widgets(tmp_path, monkeypatch):
     write_run(tmp_path, "whale", [0.5, 0.75])
     shown: list[str] = []
-    monkeypatch.setattr(widgets, "_display", shown.append)
+    monkeypatch.setattr(widgets, "show_html", shown.append)
     assert widgets.widgets_available() is False  # plain pytest: no kernel, no front end
     monkeypatch.setenv(widgets.HEADLESS_ENV, "1")
-    widgets.browse(tmp_path, "smoke")
+    viewer.browse(tmp_path, "smoke")
     assert len(shown) == 1
     assert "prefill helps" in shown[0]  # the accepted candidate's diff against h0
     assert shown[0].count("class='wk-trace'") >= 3  # diff + two example trajectories
@@ -129,7 +129,7 @@ def test_browse_degrades_to_static_html_without_widgets(tmp_path, monkeypatch):
 
 def test_run_sources_list_test_evaluations_and_scored_candidates(tmp_path):
     run = write_run(tmp_path, "whale", [0.5, 0.75])
-    sources = widgets.run_sources(run.root)
+    sources = viewer.run_sources(run.root)
     assert [name for name in sources if name.startswith("test ")] == ["test eval-000", "test eval-001"]
     assert sum(1 for name in sources if name.endswith("@ w0")) == 2  # seed and the scored child
 
@@ -138,7 +138,7 @@ def test_the_viewer_opens_on_a_whale_run_its_accepted_harness_and_a_correct_tool
     pytest.importorskip("ipywidgets")
     write_run(tmp_path, "weight_only", [0.5, 0.75])  # alphabetically first, less informative
     whale = write_run(tmp_path, "whale", [0.5, 0.75])
-    view = widgets.browse(tmp_path, "smoke", interactive=True)
+    view = viewer.browse(tmp_path, "smoke", interactive=True)
     accepted = viewer.accepted_harness(whale.root)
     assert view.run == whale.root and view.run_box.value == whale.root
     assert view.source == f"{accepted} @ w0" and view.source_box.value == view.source
@@ -154,7 +154,7 @@ def test_switching_runs_never_leaves_the_previous_runs_trajectory(tmp_path):
     pytest.importorskip("ipywidgets")
     first = write_run(tmp_path, "whale", [0.5, 0.75], domain="toy", task="toy-1+2")
     second = write_run(tmp_path, "whale", [0.25, 0.5], domain="math", task="math-seven")
-    view = widgets.browse(tmp_path, "smoke", interactive=True)
+    view = viewer.browse(tmp_path, "smoke", interactive=True)
     shown = view.run
     other = second.root if shown == first.root else first.root
     before = view.trace.value
@@ -190,7 +190,7 @@ def test_runs_rank_whale_first_then_a_changed_harness(tmp_path):
 
 def test_no_runs_says_what_to_run_and_analysis_falls_back_to_the_smoke_runs(tmp_path):
     with pytest.raises(NoRunsError, match="make reproduce PRESET=smoke"):
-        widgets.browse(tmp_path, "cpu", interactive=False)
+        viewer.browse(tmp_path, "cpu", interactive=False)
     with pytest.raises(NoRunsError, match="make reproduce PRESET=cpu"):
         preset_with_runs(tmp_path, "cpu", tmp_path / "figures")
     assert "make reproduce" in "".join(NoRunsError("no runs", "cpu")._render_traceback_())  # no traceback in IPython

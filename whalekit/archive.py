@@ -16,7 +16,7 @@ The archive only ever receives search-split tasks (the search loop's contract).
 A run keeps one archive (`search.archive_scope: run`) or a fresh one per harness phase
 (`round`, the authors': the incoming harness as its seed plus that phase's candidates);
 `archive_folders(run_dir / "archive")` lists them either way.
-    print(archive.report()); best = archive.accepted()
+    print(render_report(archive)); best = archive.accepted()
 """
 
 from __future__ import annotations
@@ -24,40 +24,25 @@ from __future__ import annotations
 import ast
 import difflib
 import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from whalekit.episode import harness_id
+from whalekit.errors import DataError
+from whalekit.runs import atomic_write, read_jsonl_records
 from whalekit.types import Trajectory
 
 SCHEMA_VERSION = 1
 STATUSES = ("proposed", "invalid", "evaluated", "failed")  # failed: evaluated, but the candidate crashed/hung
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` so that a kill at any instant leaves the old or the new file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: line {exc.lineno}: malformed JSON ({exc.msg})") from exc
+        raise DataError.at(path, exc.lineno, f"invalid JSON ({exc.msg})") from exc
 
 
 def _dumps(data: Any) -> str:
@@ -220,11 +205,11 @@ class Archive:
 
     def outcomes(self, candidate_id: str, weights_version: int) -> list[dict[str, Any]]:
         path = self._dir(candidate_id) / f"outcomes_w{weights_version}.jsonl"
-        return _read_jsonl(path) if path.exists() else []
+        return read_jsonl_records(path) if path.exists() else []
 
     def trajectories(self, candidate_id: str, weights_version: int) -> list[Trajectory]:
         path = self._dir(candidate_id) / f"trajectories_w{weights_version}.jsonl"
-        return [Trajectory.from_json(row) for row in _read_jsonl(path)] if path.exists() else []
+        return [Trajectory.from_json(row) for row in read_jsonl_records(path)] if path.exists() else []
 
     def leaderboard(self, weights_version: int | None = None) -> list[tuple[str, float, int]]:
         """(id, score, n) at one weights version, best first. Ties go to the candidate with
@@ -271,13 +256,6 @@ class Archive:
                                      lineterm="")
         return "\n".join(lines)
 
-    def report(self, weights_version: int | None = None, top: int = 5, failures_per_mode: int = 3,
-               max_diff_lines: int = 40) -> str:
-        """A compact text report for a proposer (see whalekit.proposers.report)."""
-        from whalekit.proposers.report import render_report
-
-        return render_report(self, weights_version, top, failures_per_mode, max_diff_lines)
-
 
 ARCHIVE_SCOPES = ("round", "run")
 
@@ -319,15 +297,3 @@ def normalise_source(source: str) -> str:
         return ast.unparse(ast.parse(source))
     except SyntaxError:
         return source
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: line {number}: malformed JSON ({exc.msg})") from exc
-    return rows

@@ -21,8 +21,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from whalekit import cli_harness
 from whalekit.cli_config import CLIError, config_yaml, resolve
+from whalekit.presets import load_preset
+from whalekit.proposers.ledger import run_cost_report
+from whalekit.runs import RunDir
 from whalekit.shutdown import exit_on_sigterm
+from whalekit.timing import report_timing
+from whalekit.whale import run_method
 
 
 def summary_line(run: Any) -> str:
@@ -78,8 +84,6 @@ def _add_config_flags(parser: argparse.ArgumentParser, preset: str = "cpu") -> N
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from whalekit import cli_harness
-
     parser = argparse.ArgumentParser(prog="whalekit", description="Weight-Harness Alternating LEarning")
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="run (or resume) one method")
@@ -105,8 +109,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from whalekit.whale import run_method
-
     extra: dict[str, Any] = {"isolation": args.isolation} if args.isolation else {}
     if args.backend:
         extra["backend"] = {"kind": args.backend}
@@ -120,9 +122,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _grid(args: argparse.Namespace) -> int:
-    from whalekit.presets import load_preset
-    from whalekit.whale import run_method
-
     try:
         grid = load_preset(args.preset).get("grid")
     except ValueError as exc:
@@ -138,12 +137,7 @@ def _grid(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from whalekit.proposers.ledger import run_cost_report
-    from whalekit.runs import RunDir
-
     if args.timing:
-        from whalekit.timing import report_timing
-
         print(report_timing(run_paths(args.runs)))
         return 0
     for path in run_paths(args.runs):

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from whalekit.whale import RunConfig, resolve_config
+
 
 class CLIError(Exception):
     """A usage or input error: the command prints it as one line and exits with status 2."""
@@ -59,8 +61,6 @@ def check_overrides(overrides: dict[str, Any], cls: type | None = None, prefix: 
     config dataclasses; every value has the field's type where that type is a plain one.
     Free-form option mappings (split_options, vllm_options, ...) take any keys."""
     if cls is None:
-        from whalekit.whale import RunConfig
-
         cls = RunConfig
     fields = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
@@ -120,8 +120,6 @@ def one_line(text: str) -> str:
 def resolve(preset: str, domain: str, method: str = "whale", schedule: str | None = None, seed: int = 0,
             runs_root: str = "runs", set_pairs: list[str] | None = None, **extra: Any) -> Any:
     """resolve_config with checked overrides; any configuration error becomes a CLIError."""
-    from whalekit.whale import resolve_config
-
     overrides = parse_overrides(set_pairs or [])
     check_overrides(overrides)
     overrides.update(extra)

@@ -18,6 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.cli_config import CLIError, one_line, resolve
+from whalekit.domains.base import get_domain
+from whalekit.engine import Episode, RolloutConfig, rollout
+from whalekit.isolation import IsolatedHarness, validate_candidate, validate_source
+from whalekit.models import load_policy
+from whalekit.sandbox import isolation_mode, set_isolation_mode
+from whalekit.whale import mean_at_k
+from whalekit.widgets import trajectory_html
 
 
 def add_commands(sub: Any, add_config_flags: Callable[..., None]) -> None:
@@ -50,9 +57,6 @@ def read_harness(path: str) -> str:
 
 def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """(config, domain, splits) from the preset, with the --set overrides and --isolation."""
-    from whalekit.domains.base import get_domain
-    from whalekit.sandbox import isolation_mode, set_isolation_mode
-
     extra = {"isolation": args.isolation} if args.isolation else {}
     config = resolve(args.preset, args.domain, "whale", None, args.seed, args.runs_root, args.set, **extra)
     if config.isolation != isolation_mode():
@@ -68,8 +72,6 @@ def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
 def load_policy_for(config: Any) -> Any:
     """The policy the run would sample with (tests replace this with the tiny model)."""
-    from whalekit.models import load_policy
-
     if config.sampler == "hf":
         return load_policy(config.model)
     return load_policy(config.model, sampler=config.sampler, vllm_options=config.vllm_options)
@@ -78,8 +80,6 @@ def load_policy_for(config: Any) -> Any:
 def proposer_feedback(source: str, task: Any, limits: Any) -> tuple[str | None, str | None]:
     """(static problem, dry-run problem), each None when that check passes: the words a
     proposer gets back from `write_candidate` and from the search stage's dry run."""
-    from whalekit.isolation import validate_candidate, validate_source
-
     static = validate_source(source)
     if static:
         return static, None
@@ -103,10 +103,6 @@ def validate_command(args: argparse.Namespace) -> int:
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
-    from whalekit.engine import Episode, RolloutConfig, rollout
-    from whalekit.isolation import IsolatedHarness, validate_source
-    from whalekit.whale import mean_at_k
-
     source = read_harness(args.harness)
     problem = validate_source(source)
     if problem:
@@ -157,8 +153,6 @@ def summary_lines(harness: str, config: Any, split: str, n_tasks: int, k: int, m
 
 def write_trace(path: Path, lines: list[str], trajectories: list[Any]) -> Path:
     """One self-contained HTML page: the summary, then every trajectory (wrong ones first)."""
-    from whalekit.widgets import trajectory_html
-
     path.parent.mkdir(parents=True, exist_ok=True)
     ordered = sorted(trajectories, key=lambda t: (bool(t.correct), t.task_id, t.sample_index))
     body = "".join(f"<p>{html.escape(line)}</p>" for line in lines)

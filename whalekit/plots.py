@@ -1,7 +1,7 @@
 """The paper's figures, drawn with matplotlib from run directories (never from notebook
 outputs), so `runs/` alone reproduces every figure.
 
-Every figure uses the same colour per method (`METHOD_COLOURS`), labels its axes with
+Every figure uses the same colour per method (`whalekit.methods`), labels its axes with
 units ("rollouts", "test mean@8 (%)"), is sized for a paper column (readable at 100 %),
 and `save_figure` writes it as PNG and PDF.
 
@@ -21,7 +21,7 @@ to the data, and lays its text out with constrained layout so that no two labels
 from __future__ import annotations
 
 import functools
-import json
+import math
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -31,14 +31,14 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from whalekit.methods import METHOD_COLOURS, METHOD_LABELS, METHOD_ORDER
+from whalekit.runs import read_jsonl_records
 from whalekit.schedules import AdaptiveConfig
 from whalekit.stats import Interval, bootstrap_mean
 from whalekit.tables import (
     DOMAIN_ORDER,
     FLOOR_LABEL,
     H0_LABEL,
-    METHOD_LABELS,
-    METHOD_ORDER,
     POINT_LABELS,
     RunSummary,
     floor_interval,
@@ -47,9 +47,6 @@ from whalekit.tables import (
     schedule_label,
 )
 
-# Colour-blind-safe (Okabe–Ito), one per method, identical in every figure.
-METHOD_COLOURS = {"whale": "#0072b2", "adaptive": "#56b4e9", "weight_only": "#e69f00", "harness_only": "#009e73",
-                  "stagewise": "#d55e00", "stagewise_reverse": "#cc79a7", "fst": "#7f7f7f"}
 PAPER_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
                "xtick.labelsize": 7, "ytick.labelsize": 7, "lines.linewidth": 1.4, "axes.spines.top": False,
                "axes.spines.right": False, "savefig.dpi": 200, "figure.dpi": 100}
@@ -315,11 +312,10 @@ def behaviour_units(runs: list[RunSummary]) -> dict[str, str]:
     kinds: dict[str, set[bool]] = {}
     for run in runs:
         for path in sorted((run.path / "test").glob("eval-*.jsonl"))[:1]:
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    for key, value in json.loads(line).get("flags", {}).items():
-                        if isinstance(value, (bool, int, float)):
-                            kinds.setdefault(key, set()).add(isinstance(value, bool))
+            for record in read_jsonl_records(path):
+                for key, value in record.get("flags", {}).items():
+                    if isinstance(value, (bool, int, float)):
+                        kinds.setdefault(key, set()).add(isinstance(value, bool))
     units = {}
     for metric in behaviour_keys(runs):
         if metric in kinds:
@@ -579,8 +575,6 @@ def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = ""
 def fitted_range(values: list[float], step: float = 5.0) -> tuple[float, float]:
     """A colour scale's (low, high) fitted to the data: the values' range widened to
     multiples of `step` (a single value gets one step around it), never beyond 0–100."""
-    import math
-
     if not values:
         return 0.0, 100.0
     low = step * math.floor(min(values) / step)

@@ -13,13 +13,15 @@ and count neither in the rate nor in the remaining work.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from whalekit.errors import DataError
+from whalekit.runs import read_jsonl_records
 
 SIGNAL_NAMES = {"weight": "training reward", "harness": "best search score"}
 QUIET_ENV = "WHALEKIT_QUIET"  # "1": no progress bars and no stage lines (the test suite sets it)
@@ -106,13 +108,10 @@ class RunWatcher:
     def _events(self) -> list[dict[str, Any]]:
         if self.events_path is None or not self.events_path.exists():
             return []
-        out = []
-        for line in self.events_path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:  # a line being written right now
-                break
-        return out
+        try:
+            return read_jsonl_records(self.events_path)  # a line being written right now is left out
+        except DataError:  # progress lines are a courtesy: a damaged log is the driver's to report
+            return []
 
     def poll(self) -> None:
         events = self._events()
@@ -176,29 +175,3 @@ class OverallProgress:
         return (f"[{len(self.finished)}/{len(self.costs)}] {label}: {what} · {share:.0f} % of the work · "
                 f"elapsed {format_duration(self.clock() - self.started)} · ETA {format_duration(eta)}")
 
-
-def job_costs(jobs: Sequence[Any]) -> list[float]:
-    """Work per whalekit.reproduce Job: a domain-run job costs its run's rollout budget, an
-    analysis notebook 0 (seconds). In weight_steps mode (no fixed rollout total) a run counts
-    its weight steps times its batch's rollouts; a budget of unknown shape counts as 1."""
-    from whalekit.whale import resolve_config
-
-    costs = []
-    for job in jobs:
-        if getattr(job, "run_dir", None) is None:
-            costs.append(0.0)
-            continue
-        p = job.parameters
-        config = resolve_config(p["preset"], domain=p["domain"], method=p["method"], schedule=p.get("schedule"),
-                                seed=p["seed"], runs_root=p["runs_root"])
-        budget = config.budget
-        if isinstance(budget, (int, float)):
-            costs.append(float(budget))
-        elif getattr(budget, "mode", None) == "rollouts":
-            costs.append(float(budget.rollouts))
-        elif getattr(budget, "mode", None) == "weight_steps":
-            per_step = config.rsft.batch_problems * config.rsft.samples_per_problem
-            costs.append(float(max(budget.weight_steps, budget.search_iterations, 1) * per_step))
-        else:
-            costs.append(1.0)
-    return costs

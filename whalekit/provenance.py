@@ -17,8 +17,11 @@ import json
 import os
 import subprocess
 import warnings
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from whalekit.samplers.vllm import vllm_available
 
 SCHEMA_VERSION = 1
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -34,8 +37,6 @@ class ForeignRunError(ValueError):
 
 
 def whalekit_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("whalekit")
     except PackageNotFoundError:
@@ -78,7 +79,6 @@ def resolved_sampler(requested: str, sampler: Any = None) -> str:
         return SAMPLER_NAMES.get(name, name)
     if requested != "auto":
         return requested
-    from whalekit.samplers.vllm import vllm_available
 
     return "vllm" if vllm_available() else "hf"
 

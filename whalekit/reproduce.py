@@ -21,16 +21,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whalekit.methods import METHOD_NAMES
+from whalekit.presets import load_preset
+from whalekit.progress import OverallProgress, RunWatcher
+from whalekit.provenance import REUSE_ENV, provenance, provenance_changes, recorded_provenance
+from whalekit.runs import NoRunsError, RunDir
+from whalekit.schedules import parse_schedule
+from whalekit.shutdown import exit_on_sigterm
+from whalekit.whale import check_not_stale, resolve_config
+from whalekit.widgets import HEADLESS_ENV
+
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
-METHODS = ("whale", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
+METHODS = METHOD_NAMES
 QUICKSTART, DOMAIN_RUN = "01_quickstart", "02_domain_run"
 ANALYSIS = ("03_main_comparison", "04_bottleneck", "05_schedule_grid", "06_adaptive", "07_harness_archive")
 NOTEBOOKS = (QUICKSTART, DOMAIN_RUN, *ANALYSIS)
@@ -64,28 +77,12 @@ def figures_dir(preset: str, root: str | Path = "figures") -> Path:
     return Path(root) if name == "cpu" else Path(root) / name
 
 
-class NoRunsError(LookupError):
-    """No runs where an analysis notebook or the viewer looks; the message says what to
-    run. In IPython it shows as that message alone, without a traceback."""
-
-    def __init__(self, where: str, preset: str = "cpu"):
-        name = Path(preset).stem
-        super().__init__(f"{where}. Make them first, from the repository root: `make reproduce PRESET={name}`"
-                         + (" (hours on CPU)" if name == "cpu" else "")
-                         + ", or `make reproduce PRESET=smoke` (about 5 minutes, tiny random model) and set "
-                         "preset = \"smoke\" here; notebook 02 makes a single run.")
-
-    def _render_traceback_(self) -> list[str]:
-        return [f"{type(self).__name__}: {self}"]
-
-
 def preset_with_runs(runs_root: str | Path, preset: str, figures: str | Path, fallback: str = "smoke",
                      log: Callable[[str], None] = print) -> tuple[str, Path]:
     """(preset, figures folder) for an analysis notebook: `preset` itself when
     runs_root/<preset> holds a finished run; else the `fallback` preset's runs when there
     are some (saying so, with figures going to `figures/<fallback>` so they
     never overwrite the committed ones); else NoRunsError naming the command to run."""
-    from whalekit.runs import RunDir
 
     def finished(name: str) -> bool:
         return any(RunDir(p.parent).done for p in (Path(runs_root) / Path(name).stem).glob("*/*/config.json"))
@@ -142,10 +139,6 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     `domains` defaults to the preset's domains except the toy one (which exists for
     mechanics), unless toy is all there is. Runs go under `runs_root/<preset>/`; figures
     default to `figures_dir(preset)`."""
-    from whalekit.presets import load_preset
-    from whalekit.schedules import parse_schedule
-    from whalekit.whale import check_not_stale, resolve_config
-
     data = load_preset(preset)
     preset_name = Path(preset).stem
     runs_root = Path(runs_root).resolve()
@@ -220,8 +213,6 @@ def run_set_defaults(data: dict[str, Any]) -> dict[str, Any]:
 def reusable(job: Job) -> bool:
     """A domain-run notebook need not run again when its run is finished and its figure
     and executed copy exist (analysis notebooks always re-run: they are cheap)."""
-    from whalekit.runs import RunDir
-
     return bool(job.run_dir and RunDir(job.run_dir).done and job.output.exists()
                 and all(p.exists() and p.stat().st_size > 0 for p in job.expected))
 
@@ -230,9 +221,6 @@ def foreign_runs(jobs: list[Job]) -> list[tuple[Job, list[str]]]:
     """The jobs whose run directory holds a run (finished or not) made by other code or
     with another sampler than the current ones, each with how its provenance differs
     (whalekit.provenance; a run that recorded none counts as foreign)."""
-    from whalekit.provenance import provenance, provenance_changes, recorded_provenance
-    from whalekit.runs import RunDir
-
     current: dict[str, dict[str, Any]] = {}  # by requested sampler: hashing the package once each
     found = []
     for job in jobs:
@@ -253,10 +241,6 @@ def handle_foreign_runs(jobs: list[Job], reuse: bool = False, log: Callable[[str
     re-made: its folder moves to runs_root/foreign-runs/<preset>/<domain>/<run>-<time> (kept,
     out of the tables' reach) so the job runs again. With `reuse` it is kept and the
     driver is told to accept it (WHALEKIT_REUSE_FOREIGN_RUNS=1, inherited by the notebooks)."""
-    import shutil
-
-    from whalekit.provenance import REUSE_ENV
-
     found = foreign_runs(jobs)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     for job, changes in found:
@@ -281,8 +265,6 @@ def handle_foreign_runs(jobs: list[Job], reuse: bool = False, log: Callable[[str
 def execute(job: Job, notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3") -> None:
     import papermill
 
-    from whalekit.widgets import HEADLESS_ENV
-
     os.environ[HEADLESS_ENV] = "1"  # inherited by the kernel: the trace viewer renders static HTML
     job.output.parent.mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(str(notebook_dir / f"{job.notebook}.ipynb"), str(job.output),
@@ -291,6 +273,31 @@ def execute(job: Job, notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3"
     missing = [str(p) for p in job.expected if not p.exists() or p.stat().st_size == 0]
     if missing:
         raise RuntimeError(f"{job.label}: finished but did not write {', '.join(missing)} (see {job.output})")
+
+
+def job_costs(jobs: Sequence[Any]) -> list[float]:
+    """Work per Job: a domain-run job costs its run's rollout budget, an
+    analysis notebook 0 (seconds). In weight_steps mode (no fixed rollout total) a run counts
+    its weight steps times its batch's rollouts; a budget of unknown shape counts as 1."""
+    costs = []
+    for job in jobs:
+        if getattr(job, "run_dir", None) is None:
+            costs.append(0.0)
+            continue
+        p = job.parameters
+        config = resolve_config(p["preset"], domain=p["domain"], method=p["method"], schedule=p.get("schedule"),
+                                seed=p["seed"], runs_root=p["runs_root"])
+        budget = config.budget
+        if isinstance(budget, (int, float)):
+            costs.append(float(budget))
+        elif getattr(budget, "mode", None) == "rollouts":
+            costs.append(float(budget.rollouts))
+        elif getattr(budget, "mode", None) == "weight_steps":
+            per_step = config.rsft.batch_problems * config.rsft.samples_per_problem
+            costs.append(float(max(budget.weight_steps, budget.search_iterations, 1) * per_step))
+        else:
+            costs.append(1.0)
+    return costs
 
 
 def run_jobs(jobs: list[Job], notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3",
@@ -303,10 +310,6 @@ def run_jobs(jobs: list[Job], notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "
     the quickstart still runs first and the analysis notebooks after every run. Worth it
     where a run's time is mostly one-threaded Python (imports, the tiny model: the smoke
     preset), not where the model's matmuls already fill every core (cpu preset)."""
-    import threading
-
-    from whalekit.progress import OverallProgress, RunWatcher, job_costs
-
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1, got {parallel}")
     overall = OverallProgress(job_costs(jobs), parallel=parallel)
@@ -373,8 +376,6 @@ def _run_at_once(indices: list[int], one: Callable[[int], None], parallel: int) 
     """`one(i)` for each index, `parallel` at a time, started in order. A job is started only
     when a slot frees and nothing has failed; after a failure the running jobs end (their
     runs are kept, a later pass reuses them) and the first failure is raised."""
-    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-
     pending = list(indices)
     running: set[Future[None]] = set()
     with ThreadPoolExecutor(max_workers=parallel) as pool:
@@ -406,9 +407,6 @@ def write_timings(timings: list[dict[str, Any]], folder: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from whalekit.presets import load_preset
-    from whalekit.shutdown import exit_on_sigterm
-
     if argv is None:  # `make reproduce`: a killed reproduction shuts its notebook's kernel down
         exit_on_sigterm()
 

@@ -16,16 +16,72 @@ Layout of one run (domain, method, schedule, seed):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from whalekit.archive import atomic_write as atomic_write_text  # one atomic writer for every record
+from whalekit.errors import DataError
 from whalekit.types import Trajectory
 
 SCHEMA_VERSION = 1
 # differ between identical runs (a resumed run starts with a cold prefix cache, too)
 TIMING_KEYS = ("wall_s", "sample_seconds", "train_seconds", "time", "timing", "prompt_cache")
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to `path` so that a kill at any instant leaves the old or the new file:
+    the one atomic writer for every record (config, state, archive entries, test trajectories)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_jsonl(path: str | Path, error: type[DataError] = DataError) -> Iterator[tuple[int, Any]]:
+    """(1-based line number, record) for each non-blank line of a JSONL file: the one JSONL
+    reader. One rule for a half-written file: a last line without its newline that does not
+    parse is a write cut off by a kill (or still in progress), and is left out; any other
+    line that does not parse raises `error` (a DataError) naming `path:line`."""
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                if not line.endswith("\n"):  # only the last line can lack its newline
+                    return
+                raise error.at(path, number, f"invalid JSON ({exc.msg})") from exc
+            yield number, record
+
+
+def read_jsonl_records(path: str | Path) -> list[Any]:
+    """Every record of a JSONL file (see `read_jsonl`)."""
+    return [record for _, record in read_jsonl(path)]
+
+
+class NoRunsError(LookupError):
+    """No runs where an analysis notebook or the viewer looks; the message says what to
+    run. In IPython it shows as that message alone, without a traceback."""
+
+    def __init__(self, where: str, preset: str = "cpu"):
+        name = Path(preset).stem
+        super().__init__(f"{where}. Make them first, from the repository root: `make reproduce PRESET={name}`"
+                         + (" (hours on CPU)" if name == "cpu" else "")
+                         + ", or `make reproduce PRESET=smoke` (about 5 minutes, tiny random model) and set "
+                         "preset = \"smoke\" here; notebook 02 makes a single run.")
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
 
 
 class RunDir:
@@ -40,7 +96,7 @@ class RunDir:
         return self.root / "config.json"
 
     def write_config(self, config: dict[str, Any]) -> None:
-        atomic_write_text(self.config_path, json.dumps(config, indent=1, sort_keys=True, default=str))
+        atomic_write(self.config_path, json.dumps(config, indent=1, sort_keys=True, default=str))
 
     def config(self) -> dict[str, Any]:
         return json.loads(self.config_path.read_text())
@@ -53,7 +109,7 @@ class RunDir:
         """Make a finished phase step durable: the state names how many event lines and
         which checkpoint belong to it; anything written after it is redone on resume."""
         state = dict(state, events_committed=self._event_lines())
-        atomic_write_text(self.root / "state.json", json.dumps(state, indent=1, sort_keys=True))
+        atomic_write(self.root / "state.json", json.dumps(state, indent=1, sort_keys=True))
         for listener in self.listeners:
             listener(self, state["events_committed"])
 
@@ -85,32 +141,22 @@ class RunDir:
         keep = state["events_committed"] if state else 0
         if self.events_path.exists():
             lines = [line for line in self.events_path.read_text().splitlines() if line.strip()][:keep]
-            atomic_write_text(self.events_path, "".join(line + "\n" for line in lines))
+            atomic_write(self.events_path, "".join(line + "\n" for line in lines))
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         if not self.events_path.exists():
             return []
-        out = []
-        for number, line in enumerate(self.events_path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{self.events_path}: line {number}: malformed event ({exc.msg})") from exc
-            if kind is None or record.get("event") == kind:
-                out.append(record)
-        return out
+        return [e for e in read_jsonl_records(self.events_path) if kind is None or e.get("event") == kind]
 
     # -- trajectories -----------------------------------------------------------------
     def write_trajectories(self, name: str, trajectories: list[Trajectory]) -> Path:
         path = self.root / "test" / f"{name}.jsonl"
-        atomic_write_text(path, "".join(json.dumps(t.to_json()) + "\n" for t in trajectories))
+        atomic_write(path, "".join(json.dumps(t.to_json()) + "\n" for t in trajectories))
         return path
 
     def trajectories(self, name: str) -> list[Trajectory]:
         path = self.root / "test" / f"{name}.jsonl"
-        return [Trajectory.from_json(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+        return [Trajectory.from_json(record) for record in read_jsonl_records(path)]
 
 
 def without_timings(events: list[dict[str, Any]]) -> list[dict[str, Any]]:

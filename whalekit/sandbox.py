@@ -40,6 +40,7 @@ debugging only, and says so loudly.
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib.util
 import itertools
@@ -51,6 +52,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 import warnings
@@ -193,8 +195,6 @@ def _seccomp_program() -> bytes | None:
         import pyseccomp
     except Exception:  # noqa: BLE001 - libseccomp or its binding missing: recorded as a missing layer
         return None
-    import errno
-    import tempfile
 
     rules = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
     for name in ("ptrace", "process_vm_readv", "process_vm_writev", "keyctl", "add_key", "request_key", "mount",

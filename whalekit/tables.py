@@ -20,13 +20,15 @@ from typing import Any
 
 import pandas as pd
 
-from whalekit.runs import RunDir
+from whalekit.domains.base import get_domain
+from whalekit.domains.chess.baselines import random_legal_move_score
+from whalekit.methods import METHOD_LABELS, METHOD_ORDER, SEARCH_METHODS
+from whalekit.presets import load_preset
+from whalekit.runs import RunDir, read_jsonl_records
+from whalekit.schedules import parse_schedule
 from whalekit.stats import N_RESAMPLES, Interval, bootstrap_mean, paired_difference
+from whalekit.whale import resolve_config
 
-METHOD_ORDER = ("whale", "adaptive", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst")
-METHOD_LABELS = {"whale": "WHALE", "adaptive": "WHALE (adaptive)", "weight_only": "weights only",
-                 "harness_only": "harness only", "stagewise": "stagewise (W→H)",
-                 "stagewise_reverse": "stagewise (H→W)", "fst": "FST (prompt only)"}
 DOMAIN_ORDER = ("chess", "math", "searchqa", "toy")
 # The three numbers of a run, each with the words every table and figure prints beside it.
 POINTS = ("final", "selected", "best")
@@ -124,8 +126,6 @@ class RunSummary:
         harness's newest earlier score when the weights changed after it was last scored);
         for weights-only training, the sliding-window training reward of the last RSFT
         batch before the evaluation. None where no signal exists yet."""
-        from whalekit.whale import SEARCH_METHODS
-
         if self.method in SEARCH_METHODS:
             scores = self._search_scores()
             out: list[float | None] = []
@@ -166,11 +166,9 @@ class RunSummary:
             if not path.exists():
                 raise ValueError(f"{path}: missing; per-problem test scores are needed for intervals")
             solved: dict[str, list[float]] = {}
-            for line in path.read_text().splitlines():
-                if line.strip():
-                    record = json.loads(line)
-                    if subset is None or record.get("subset", "default") == subset:
-                        solved.setdefault(str(record["task_id"]), []).append(float(bool(record["correct"])))
+            for record in read_jsonl_records(path):
+                if subset is None or record.get("subset", "default") == subset:
+                    solved.setdefault(str(record["task_id"]), []).append(float(bool(record["correct"])))
             self._problem_cache[key] = {task: sum(v) / len(v) for task, v in solved.items()}
         return self._problem_cache[key]
 
@@ -224,8 +222,6 @@ def _sort_key(run: RunSummary) -> tuple[Any, ...]:
 
 def default_run_name(preset: str, domain: str, method: str, seed: int) -> str:
     """The run name the preset's default schedule gives a method: the main comparison's run."""
-    from whalekit.whale import resolve_config
-
     return resolve_config(preset, domain=domain, method=method, seed=seed).run_name
 
 
@@ -239,9 +235,6 @@ def main_runs(runs_root: str | Path, preset: str, domain: str | None = None) -> 
 def grid_runs(runs_root: str | Path, preset: str) -> list[RunSummary]:
     """The schedule grid: WHALE at every schedule the preset's `grid` lists, plus stagewise,
     on the grid's domain."""
-    from whalekit.presets import load_preset
-    from whalekit.schedules import parse_schedule
-
     grid = load_preset(preset).get("grid") or {}
     if "domain" not in grid:
         raise ValueError(f"preset {preset!r} has no 'grid' section with a domain")
@@ -306,11 +299,7 @@ def floor_scores(runs: list[RunSummary], score: Callable[..., Any] | None = None
     """The chess random-legal-move floor on each seed's own test problems, for the `floors`
     argument of the tables: domain -> seed -> score(tasks, k=, seed=). `score` defaults to
     whalekit.domains.chess.baselines.random_legal_move_score (chess runs only)."""
-    from whalekit.domains.base import get_domain
-
     if score is None:
-        from whalekit.domains.chess.baselines import random_legal_move_score
-
         score = random_legal_move_score
         runs = [r for r in runs if r.domain == "chess"]
     out: dict[str, dict[int, Any]] = {}

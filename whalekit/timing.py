@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from whalekit.runs import RunDir
+
 # The phases a run reports, in table order; time outside every marked phase is "other"
 # (checkpoints, commits, archive bookkeeping, candidate validation, start-up).
 PHASES = ("sample", "train", "sync", "test_eval", "propose", "checkpoint", "other")
@@ -128,7 +130,7 @@ def timed_log(run: Any, clock: PhaseClock, sampler: Any = None) -> Any:
         return {CACHE_KEY: delta}
 
     def log_with_timing(event: str, **fields: Any) -> dict[str, Any]:
-        return log(event, **fields, **{EVENT_KEY: clock.take()}, **prompt_cache())  # type: ignore[no-any-return]
+        return log(event, **fields, **{EVENT_KEY: clock.take()}, **prompt_cache())
 
     return log_with_timing
 
@@ -185,8 +187,6 @@ def _cell(seconds: float, total: float) -> str:
 
 
 def report_timing(paths: list[Path]) -> str:
-    from whalekit.runs import RunDir
-
     events = [RunDir(path).events() for path in paths]
     return timing_table([(str(path), run_timing(e)) for path, e in zip(paths, events)],
                         [run_prompt_cache(e) for e in events])

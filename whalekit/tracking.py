@@ -21,6 +21,7 @@ tracking/wandb/wandb/offline-run-*), tracking/mlflow (mlflow ui --backend-store-
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import time
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from whalekit.presets import flatten
-from whalekit.runs import RunDir, atomic_write_text
+from whalekit.runs import RunDir, atomic_write
 
 SINKS = ("tensorboard", "wandb", "mlflow")
 PROJECT = "whalekit"  # the W&B project and the MLflow experiment name
@@ -88,8 +89,6 @@ class Sink(Protocol):
 
 
 def _import(module: str, sink: str) -> Any:
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError as exc:
@@ -198,7 +197,7 @@ class Tracker:
                 if metrics and isinstance(event.get("rollouts"), int):
                     sink.log(metrics, event["rollouts"])
             state["exported"] = max(state["exported"], len(events))
-        atomic_write_text(self.progress_path, json.dumps(self.progress, indent=1, sort_keys=True))
+        atomic_write(self.progress_path, json.dumps(self.progress, indent=1, sort_keys=True))
 
     def close(self) -> None:
         for sink in self.sinks.values():

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from whalekit import widgets
+from whalekit.archive import Archive, archive_folders, archive_holding
+from whalekit.model_files import load_tokenizer, resolve_model_dir
+from whalekit.runs import NoRunsError, RunDir
 from whalekit.types import Trajectory
 
 TEST_PREFIX = "test "  # sources named "test eval-000"; archive evaluations are "<id> @ w<version>"
@@ -30,9 +33,6 @@ def find_run_dirs(runs_root: str | Path, preset: str) -> list[Path]:
 def run_sources(run_root: str | Path) -> dict[str, list[Trajectory]]:
     """Everything a run kept that can be browsed: each test evaluation ('test eval-000')
     and each archive candidate's search-split evaluation ('<id> @ w<version>')."""
-    from whalekit.archive import Archive, archive_folders
-    from whalekit.runs import RunDir
-
     run = RunDir(run_root)
     sources: dict[str, list[Trajectory]] = {}
     for path in sorted((run.root / "test").glob("eval-*.jsonl")):
@@ -47,8 +47,6 @@ def run_sources(run_root: str | Path) -> dict[str, list[Trajectory]]:
 
 def accepted_harness(run_root: str | Path) -> str | None:
     """The harness the run ended with (its last accepted one so far when unfinished)."""
-    from whalekit.runs import RunDir
-
     run = RunDir(run_root)
     for kind in ("run_end", "test_eval"):
         events = run.events(kind)
@@ -59,8 +57,6 @@ def accepted_harness(run_root: str | Path) -> str | None:
 
 def source_harness(run_root: str | Path, source: str) -> str | None:
     """The harness that produced a source's trajectories."""
-    from whalekit.runs import RunDir
-
     if not source.startswith(TEST_PREFIX):
         return source.split(" @ ")[0]
     index = int(source.split("-")[-1])
@@ -71,7 +67,6 @@ def source_harness(run_root: str | Path, source: str) -> str | None:
 def run_rank(run_root: str | Path) -> tuple[bool, bool, bool, bool, bool]:
     """How informative a run is to open on (higher first): a WHALE run, finished, its
     search changed the harness, it solved some test problem, the preset's main schedule."""
-    from whalekit.runs import RunDir
     from whalekit.tables import default_run_name
 
     run = RunDir(run_root)
@@ -124,9 +119,6 @@ def default_source(run_root: str | Path, sources: dict[str, list[Trajectory]]) -
 def source_diff_html(run_root: Path, source: str | None) -> str:
     """The diff for a source: a candidate against its parent, a test evaluation's harness
     against the archive's seed (h0, or the phase's incoming harness)."""
-    from whalekit.archive import archive_holding
-    from whalekit.runs import RunDir
-
     domain = RunDir(run_root).config()["domain"]
     if not source or archive_holding(run_root / "archive", domain) is None:
         return "<div>this run has no harness archive (its harness never changed)</div>"
@@ -139,9 +131,6 @@ def source_diff_html(run_root: Path, source: str | None) -> str:
 
 def _load_tokenizer(run_root: Path) -> Any:
     """The run's tokenizer, for token pieces; None when it cannot be loaded here."""
-    from whalekit.models import load_tokenizer, resolve_model_dir
-    from whalekit.runs import RunDir
-
     try:
         return load_tokenizer(resolve_model_dir(RunDir(run_root).config()["model"]))
     except Exception:  # noqa: BLE001 - the text view needs no tokenizer
@@ -225,7 +214,7 @@ class TraceViewer:
         self.example = index
         trajectories = self.sources.get(self.source, []) if self.source else []
         if index is None or not trajectories:
-            self.trace.value = f"<div>{widgets._esc(self.run_label(self.run))}: no trajectories kept here</div>"
+            self.trace.value = f"<div>{widgets.escape(self.run_label(self.run))}: no trajectories kept here</div>"
             return
         tokenizer = None
         if self.tokens:
@@ -234,12 +223,10 @@ class TraceViewer:
         self.trace.value = widgets.trajectory_html(trajectories[index], tokenizer=tokenizer, title=title)
 
     def _summary(self) -> str:
-        from whalekit.runs import RunDir
-
         run = RunDir(self.run)
         config, ends = run.config(), run.events("run_end")
         end = f"final test mean@k {100 * ends[-1]['final_mean_at_k']:.1f} %" if ends else "unfinished"
-        esc = widgets._esc
+        esc = widgets.escape
         return (f"<div style='font-size:12px'>{esc(self.run_label(self.run))} · method {esc(config.get('method'))}"
                 f" · domain {esc(config.get('domain'))} · accepted harness "
                 f"<code>{esc(accepted_harness(self.run))}</code> · {end}</div>")
@@ -255,8 +242,6 @@ def browse(runs_root: str | Path, preset: str = "cpu", interactive: bool | None 
     Static (no widgets, or `interactive=False`): the most informative run's accepted
     harness diff and `static_examples` trajectories as HTML. `tokens` shows each
     completion as the sampled token pieces (loads the run's tokenizer)."""
-    from whalekit.reproduce import NoRunsError
-
     base = Path(runs_root) / Path(preset).stem
     runs = find_run_dirs(runs_root, preset)
     if not runs:
@@ -270,9 +255,6 @@ def browse(runs_root: str | Path, preset: str = "cpu", interactive: bool | None 
 
 
 def _accepted_diff(run_root: Path) -> str:
-    from whalekit.archive import archive_holding
-    from whalekit.runs import RunDir
-
     domain = RunDir(run_root).config()["domain"]
     accepted = accepted_harness(run_root)
     archive = archive_holding(run_root / "archive", domain, accepted, proposed=True) if accepted else None
@@ -283,7 +265,7 @@ def _accepted_diff(run_root: Path) -> str:
 
 def _static_view(run_root: Path, examples: int) -> None:
     sources = run_sources(run_root)
-    parts = [f"<h4>{widgets._esc(run_root)}</h4>",
+    parts = [f"<h4>{widgets.escape(run_root)}</h4>",
              _accepted_diff(run_root) or "<div>accepted harness: h0 (unchanged)</div>"]
     source = default_source(run_root, sources)
     if source is not None:
@@ -292,4 +274,4 @@ def _static_view(run_root: Path, examples: int) -> None:
         order = [first] + [i for i in range(len(trajectories)) if i != first]
         for i in order[:examples]:
             parts.append(widgets.trajectory_html(trajectories[i], title=f"{source} · example {i + 1}"))
-    widgets._display("".join(parts))
+    widgets.show_html("".join(parts))

@@ -27,6 +27,7 @@ from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.episode import harness_id
 from whalekit.presets import flatten, load_preset, missing_data_files
+from whalekit.proposers.registry import make_proposer
 from whalekit.rsft import RSFTConfig
 from whalekit.run_state import RunState
 from whalekit.runs import RunDir
@@ -208,44 +209,6 @@ def evaluate_test(domain: Domain, harness: Any, sampler: Any, tasks: list[Task],
     return rollout(domain, episodes, sampler, RolloutConfig(temperature=temperature, top_p=top_p, top_k=top_k,
                                                             seed=seed + 7_777_777, step=index,
                                                             description=f"test eval {index}"))
-
-
-def make_proposer(name: str, domain: Domain, archive: Any, seed: int, options: dict[str, Any],
-                  prompt_only: bool = False, initial_source: str | None = None) -> Any:
-    """reflective (offline default) | anthropic | openai, with options from the preset;
-    `prompt_only` wraps it in the FST restriction (text-only edits of `initial_source`,
-    the run's starting harness; the domain's h0 when None)."""
-    from whalekit.proposers.prompt_only import PromptOnly, prompt_only_catalogue
-
-    if name == "reflective":
-        from whalekit.proposers.reflective import ReflectiveProposer
-
-        catalogue = prompt_only_catalogue(domain, initial_source) if prompt_only else domain.mechanisms()
-        proposer = ReflectiveProposer(catalogue, seed=seed, **options)
-        return PromptOnly(proposer) if prompt_only else proposer
-    if name in ("anthropic", "openai", "claude-code"):
-        from whalekit.proposers.agent_loop import AgentConfig
-        from whalekit.proposers.ledger import Ledger
-
-        options = dict(options)
-        connection = {k: options.pop(k) for k in ("api_key", "base_url", "cli_path", "env") if k in options}
-        ledger = Ledger.for_archive(archive)
-        if name == "anthropic":
-            from whalekit.proposers.anthropic_agent import DEFAULT_MODEL, AnthropicProposer
-
-            config = AgentConfig(**{"model": DEFAULT_MODEL, **options})
-            agent: Any = AnthropicProposer(domain, config, ledger=ledger, **connection)
-        elif name == "claude-code":  # the paper's own proposer: Claude Code through claude-agent-sdk
-            from whalekit.proposers import claude_code
-
-            config = AgentConfig(**{"model": claude_code.DEFAULT_MODEL, **options})
-            agent = claude_code.ClaudeCodeProposer(domain, config, ledger=ledger, **connection)
-        else:
-            from whalekit.proposers.openai_agent import OpenAIProposer
-
-            agent = OpenAIProposer(domain, AgentConfig(**options), ledger=ledger, **connection)
-        return PromptOnly(agent) if prompt_only else agent
-    raise ValueError(f"unknown proposer {name!r}: reflective, anthropic or openai")
 
 
 class _Driver:

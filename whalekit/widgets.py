@@ -7,12 +7,12 @@ results and the harness's prefill never are). Special tokens such as `<|im_end|>
 markers beside the text, and a tokenizer's pieces are whole characters (a character split
 over several byte-level tokens is shown once, not as broken bytes). A candidate harness
 renders as a side-by-side diff of normalised sources against its parent, so quote style
-and blank lines never show as changes. `browse` (the interactive viewer, whalekit.viewer)
+and blank lines never show as changes. `whalekit.viewer.browse` (the interactive viewer)
 wires runs → candidates → examples → trajectory; without a widget front end it degrades
 to static HTML, so executed notebooks still show the traces.
 
     show_trajectory(run.trajectories("eval-000")[0])          # inline HTML
-    browse("runs", "cpu")                                      # the interactive viewer
+    viewer.browse("runs", "cpu")                               # the interactive viewer (whalekit.viewer)
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import html
+import os
 import re
-from pathlib import Path
 from typing import Any
 
 from whalekit.archive import normalise_source
+from whalekit.rsft import training_sequences
 from whalekit.types import Trajectory
 
 ROLE_COLOURS = {"system": "#F2F2F2", "user": "#EAF2FB", "assistant": "#FFFFFF"}
@@ -50,23 +51,24 @@ _STYLE = ("<style>.wk-trace{font-family:sans-serif;font-size:13px;max-width:980p
           ".diff_add{background:#C8F0C8}.diff_chg{background:#FFF2A8}.diff_sub{background:#F8C8C8}</style>")
 
 
-def _esc(text: Any) -> str:
+def escape(text: Any) -> str:
+    """Text as HTML, every character shown literally (model output included)."""
     return html.escape(str(text))
 
 
 def special_marker(token: str) -> str:
     """A special token as a marker: shown, but visibly not part of the text."""
     name = token.strip("<|>") or token
-    return f"<span class='wk-special' title='special token {_esc(token)}'>{_esc(name)}</span>"
+    return f"<span class='wk-special' title='special token {escape(token)}'>{escape(name)}</span>"
 
 
 def text_html(text: str) -> str:
     """Escaped text with every special token (`<|im_end|>`, ...) as a marker."""
     parts, last = [], 0
     for match in SPECIAL_TOKEN.finditer(text):
-        parts += [_esc(text[last:match.start()]), special_marker(match.group())]
+        parts += [escape(text[last:match.start()]), special_marker(match.group())]
         last = match.end()
-    return "".join(parts) + _esc(text[last:])
+    return "".join(parts) + escape(text[last:])
 
 
 def token_pieces(tokenizer: Any, ids: list[int]) -> list[tuple[list[int], str, bool]]:
@@ -99,8 +101,6 @@ def trained_turns(trajectory: Trajectory, accepted: bool | None = None, max_seq_
     of `whalekit.rsft.training_sequences`: the trajectory was accepted (default: the
     verifier judged it correct), the turn generated tokens, and prompt + completion fit
     in `max_seq_len`."""
-    from whalekit.rsft import training_sequences
-
     accepted = trajectory.correct if accepted is None else accepted
     if not accepted:
         return [False] * len(trajectory.turns)
@@ -121,7 +121,7 @@ def _completion_html(turn: Any, trained: bool, tokenizer: Any) -> str:
     background = f"background:{TRAINED_BACKGROUND}" if trained else ""
     if tokenizer is not None and turn.completion_ids:
         body = "".join(special_marker(text) if special else
-                       f"<span class='wk-tok' title='id {' '.join(map(str, ids))}'>{_esc(text)}</span>"
+                       f"<span class='wk-tok' title='id {' '.join(map(str, ids))}'>{escape(text)}</span>"
                        for ids, text, special in token_pieces(tokenizer, turn.completion_ids))
     else:
         body = text_html(turn.text)
@@ -135,16 +135,16 @@ def trajectory_html(trajectory: Trajectory, accepted: bool | None = None, tokeni
     verdict = "correct" if trajectory.correct else "wrong"
     colour = "#1B7F1B" if trajectory.correct else "#B22222"
     trained_tokens = sum(len(t.completion_ids) for t, on in zip(trajectory.turns, trained) if on)
-    flags = ", ".join(f"{_esc(k)}={_esc(v)}" for k, v in sorted(trajectory.flags.items())) or "none"
+    flags = ", ".join(f"{escape(k)}={escape(v)}" for k, v in sorted(trajectory.flags.items())) or "none"
     # A wrapping row of unbreakable fields: JupyterLab's table styling would squeeze a table's cells
     # into broken words ("task math-" / "seven") next to a long title.
-    head = (f"<div class='wk-head'><span><b>{_esc(title or trajectory.task_id)}</b></span>"
-            f"<span>task {_esc(trajectory.task_id)}</span>"
-            f"<span>harness {_esc(trajectory.harness_id)}</span><span>sample {trajectory.sample_index}</span>"
-            f"<span>weights v{trajectory.policy_version}</span><span>subset {_esc(trajectory.subset)}</span></div>"
+    head = (f"<div class='wk-head'><span><b>{escape(title or trajectory.task_id)}</b></span>"
+            f"<span>task {escape(trajectory.task_id)}</span>"
+            f"<span>harness {escape(trajectory.harness_id)}</span><span>sample {trajectory.sample_index}</span>"
+            f"<span>weights v{trajectory.policy_version}</span><span>subset {escape(trajectory.subset)}</span></div>"
             f"<div>verdict: <b style='color:{colour}'>{verdict}</b> (reward {trajectory.reward:g}); "
-            f"final answer: <code>{_esc(trajectory.final_answer)}</code>"
-            + (f"; ended: <code>{_esc(trajectory.error)}</code>" if trajectory.error else "") + "</div>"
+            f"final answer: <code>{escape(trajectory.final_answer)}</code>"
+            + (f"; ended: <code>{escape(trajectory.error)}</code>" if trajectory.error else "") + "</div>"
             f"<div>behaviour flags: {flags}</div>"
             f"<div>trained on: <span style='background:{TRAINED_BACKGROUND}'>{trained_tokens} generated tokens"
             f"</span> of {trajectory.generated_tokens} (RSFT trains only on completions of accepted trajectories;"
@@ -160,7 +160,7 @@ def trajectory_html(trajectory: Trajectory, accepted: bool | None = None, tokeni
             continue
         label = message.role + ("" if message.kind == "text" else f" · {message.kind}")
         parts.append(f"<div class='wk-msg' style='background:{ROLE_COLOURS.get(message.role, '#FFF')}'>"
-                     f"<div class='wk-role'>{_esc(label)}</div><pre>{text_html(message.content)}</pre></div>")
+                     f"<div class='wk-role'>{escape(label)}</div><pre>{text_html(message.content)}</pre></div>")
     for index in range(turn_index, len(trajectory.turns)):  # turns whose reply was never appended
         parts.append(_turn_html(trajectory.turns[index], index, trained[index], tokenizer))
     parts.append("</div>")
@@ -169,16 +169,16 @@ def trajectory_html(trajectory: Trajectory, accepted: bool | None = None, tokeni
 
 def _turn_html(turn: Any, index: int, trained: bool, tokenizer: Any) -> str:
     meta = f"assistant · turn {index + 1} · {len(turn.completion_ids)} tokens · finish: {turn.finish_reason}"
-    out = [f"<div class='wk-msg'><div class='wk-role'>{_esc(meta)}</div>",
+    out = [f"<div class='wk-msg'><div class='wk-role'>{escape(meta)}</div>",
            _completion_html(turn, trained, tokenizer)]
     if turn.parse_error:
-        out.append(f"<div style='color:#B22222'>format error: {_esc(turn.parse_error)}</div>")
+        out.append(f"<div style='color:#B22222'>format error: {escape(turn.parse_error)}</div>")
     for call in turn.tool_calls:
-        out.append(f"<div class='wk-call'>tool call <b>{_esc(call.name)}</b>(<code>{_esc(call.arguments)}</code>)"
+        out.append(f"<div class='wk-call'>tool call <b>{escape(call.name)}</b>(<code>{escape(call.arguments)}</code>)"
                    "</div>")
     for result in turn.tool_results:  # what the model saw of it follows as a tool_result message
         status = "ok" if result.ok else f"error: {result.error}"
-        out.append(f"<details><summary>tool result · {_esc(result.name)} · {_esc(status)}</summary>"
+        out.append(f"<details><summary>tool result · {escape(result.name)} · {escape(status)}</summary>"
                    f"<pre>{text_html(result.output)}</pre></details>")
     out.append("</div>")
     return "".join(out)
@@ -194,7 +194,7 @@ def diff_html(parent_source: str, child_source: str, parent_label: str = "parent
     if parent_source == child_source:
         return _STYLE + "<div class='wk-trace'>no change" + (" (after normalisation)" if normalise else "") + "</div>"
     table = difflib.HtmlDiff(wrapcolumn=90).make_table(parent_source.splitlines(), child_source.splitlines(),
-                                                       _esc(parent_label), _esc(child_label),
+                                                       escape(parent_label), escape(child_label),
                                                        context=context is not None, numlines=context or 0)
     note = "<div style='font-size:11px;color:#666'>sources normalised (ast.unparse): formatting and comments " \
            "are not shown as changes</div>" if normalise else ""
@@ -206,13 +206,14 @@ def candidate_diff_html(archive: Any, candidate_id: str, parent_id: str | None =
     h0 when it has none)."""
     entry = archive.entry(candidate_id)
     parent = parent_id or (entry.parent_ids[0] if entry.parent_ids else archive.seed_id())
-    head = (f"<div class='wk-trace'><b>{_esc(candidate_id)}</b> ← {_esc(parent)} · {_esc(entry.proposer)} · "
-            f"status {_esc(entry.status)}<br>hypothesis: {_esc(entry.hypothesis)}<br>"
-            f"change: {_esc(entry.change_summary)}</div>")
+    head = (f"<div class='wk-trace'><b>{escape(candidate_id)}</b> ← {escape(parent)} · {escape(entry.proposer)} · "
+            f"status {escape(entry.status)}<br>hypothesis: {escape(entry.hypothesis)}<br>"
+            f"change: {escape(entry.change_summary)}</div>")
     return head + diff_html(archive.source(parent), archive.source(candidate_id), parent, candidate_id)
 
 
-def _display(html_text: str) -> None:
+def show_html(html_text: str) -> None:
+    """Show HTML inline in the notebook (static: survives papermill and exports)."""
     from IPython.display import HTML, display
 
     display(HTML(html_text))
@@ -221,11 +222,11 @@ def _display(html_text: str) -> None:
 def show_trajectory(trajectory: Trajectory, accepted: bool | None = None, tokenizer: Any = None,
                     max_seq_len: int = 1024) -> None:
     """Render one trajectory inline (static HTML: works under papermill and in exports)."""
-    _display(trajectory_html(trajectory, accepted, tokenizer, max_seq_len))
+    show_html(trajectory_html(trajectory, accepted, tokenizer, max_seq_len))
 
 
 def show_diff(archive: Any, candidate_id: str, parent_id: str | None = None) -> None:
-    _display(candidate_diff_html(archive, candidate_id, parent_id))
+    show_html(candidate_diff_html(archive, candidate_id, parent_id))
 
 
 def widgets_available() -> bool:
@@ -233,8 +234,6 @@ def widgets_available() -> bool:
     headless: a kernel cannot see whether a front end is attached, so headless drivers
     (`whalekit.reproduce`, the notebook tests) set WHALEKIT_HEADLESS=1 for the kernels
     they start."""
-    import os
-
     if os.environ.get(HEADLESS_ENV, "") not in ("", "0"):
         return False
     try:
@@ -245,17 +244,3 @@ def widgets_available() -> bool:
     shell = get_ipython()
     return shell is not None and hasattr(shell, "kernel")
 
-
-def browse(runs_root: str | Path, preset: str = "cpu", interactive: bool | None = None,
-           static_examples: int = 2, tokens: bool = False) -> Any:
-    """The trace viewer (see `whalekit.viewer.browse`)."""
-    from whalekit.viewer import browse as viewer_browse
-
-    return viewer_browse(runs_root, preset, interactive, static_examples, tokens)
-
-
-def run_sources(run_root: str | Path) -> dict[str, list[Trajectory]]:
-    """What a run kept that can be browsed (see `whalekit.viewer.run_sources`)."""
-    from whalekit.viewer import run_sources as viewer_run_sources
-
-    return viewer_run_sources(run_root)

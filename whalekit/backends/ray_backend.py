@@ -21,9 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whalekit.backends import BackendConfig, StaleWeightsError, WorkerLostError
+from whalekit.backends.base import BackendConfig, StaleWeightsError, WorkerLostError
 from whalekit.backends.worker import HarnessSpec, RolloutWorker, harness_spec, plan_chunks
+from whalekit.engine import RolloutConfig, _progress
+from whalekit.model_files import load_tokenizer, resolve_model_dir
+from whalekit.models import Policy
 from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams
+from whalekit.sandbox import isolation_mode
 
 
 @dataclass
@@ -66,9 +70,6 @@ class RayBackend:
     def __init__(self, config: BackendConfig, model: str = "tiny-random", sampler_kind: str = "hf",
                  sampler_options: dict[str, Any] | None = None):
         import ray
-
-        from whalekit.models import load_tokenizer, resolve_model_dir
-        from whalekit.sandbox import isolation_mode
 
         self.config, self.model, self.sampler_kind = config, model, sampler_kind
         self.sampler_options = dict(sampler_options or {})
@@ -158,8 +159,6 @@ class RayBackend:
         """`engine.rollout`'s contract: one verified Trajectory per episode, in order, the
         same ones the local engine returns."""
         import ray
-
-        from whalekit.engine import RolloutConfig, _progress
 
         config = config or RolloutConfig()
         if not episodes:
@@ -254,8 +253,6 @@ class RayBackend:
     def policy(self) -> Any:
         """A Policy for the drivers: the tokenizer and model path for the trainer, and a
         sampler that runs on the workers. It holds no model in the driver."""
-        from whalekit.models import Policy
-
         return Policy(self.model, self.path, self.sampler.tokenizer, None, self.sampler)
 
     def close(self) -> None:
@@ -288,7 +285,7 @@ class BackendSampler(Sampler):
         self.rollout_backend = backend
         self.tokenizer = tokenizer
 
-    @property  # type: ignore[override]
+    @property
     def version(self) -> int:
         return self.rollout_backend.version
 

@@ -16,12 +16,18 @@ import dataclasses
 import hashlib
 import math
 import os
+import pickle
+import socket
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from whalekit.backends import StaleWeightsError
-from whalekit.engine import Episode, RolloutConfig, rollout
+from whalekit.backends.base import StaleWeightsError
+from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.isolation import IsolatedHarness
+from whalekit.models import load_policy
+from whalekit.sandbox import isolation_mode, set_isolation_mode
 from whalekit.types import Task
 
 
@@ -55,9 +61,6 @@ class HarnessSpec:
 
 
 def harness_spec(runtime: Any) -> HarnessSpec:
-    from whalekit.engine import InProcessHarness
-    from whalekit.isolation import IsolatedHarness
-
     if isinstance(runtime, IsolatedHarness):
         return HarnessSpec("isolated", runtime.harness_id, runtime.source, runtime.limits, runtime.respawn)
     if isinstance(runtime, InProcessHarness) and runtime.source is not None:
@@ -69,14 +72,9 @@ def harness_spec(runtime: Any) -> HarnessSpec:
 
 def build_runtime(spec: HarnessSpec) -> Any:
     if spec.kind == "trusted":
-        from whalekit.engine import InProcessHarness
-
         return InProcessHarness(spec.source or "", spec.harness_id)
     if spec.kind == "isolated":
-        from whalekit.isolation import IsolatedHarness
-
         return IsolatedHarness(spec.source or "", spec.limits, spec.harness_id, respawn=spec.respawn)
-    import pickle
 
     return pickle.loads(spec.payload or b"")
 
@@ -113,11 +111,6 @@ class RolloutWorker:
 
     def __init__(self, index: int, model: str, sampler_kind: str = "hf", sampler_options: dict[str, Any] | None = None,
                  isolation: str = "sandbox", threads: int = 0):
-        import warnings
-
-        from whalekit.models import load_policy
-        from whalekit.sandbox import isolation_mode, set_isolation_mode
-
         if threads > 0:
             import torch
 
@@ -136,8 +129,6 @@ class RolloutWorker:
         self._runtimes: dict[str, Any] = {}  # persistent runtimes by spec key
 
     def info(self) -> dict[str, Any]:
-        import socket
-
         return {"index": self.index, "pid": os.getpid(), "host": socket.gethostname(), "version": self.sampler.version}
 
     def load_weights(self, state_dict: Any, version: int) -> int:

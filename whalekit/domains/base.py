@@ -7,10 +7,13 @@ metrics and its initial harness h0. Domains know the contract, never the driver.
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +135,6 @@ class Domain(ABC):
         return self._catalogue("COMPOSITIONS")
 
     def _catalogue(self, name: str) -> list[Any]:
-        import importlib
-
         try:
             package = type(self).__module__
             if package.startswith("whalekit.domains."):  # the domain's package, wherever the class is defined
@@ -144,8 +145,6 @@ class Domain(ABC):
         return list(getattr(module, name, []))
 
     def harness_dir(self) -> Path:
-        import inspect
-
         return Path(inspect.getfile(type(self))).parent / "harnesses"
 
     def initial_harness_source(self, name: str = "h0") -> str:
@@ -218,8 +217,6 @@ def register_domain(name: str, factory: Callable[..., Domain] | str, replace: bo
 
 
 def _entry_points() -> dict[str, Any]:
-    from importlib.metadata import entry_points
-
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
@@ -231,8 +228,6 @@ def known_domains() -> list[str]:
 def get_domain(name: str, **options: Any) -> Domain:
     """Build a domain by name: a built-in one, one given to `register_domain`, or one an
     installed package declares under the `whalekit.domains` entry-point group."""
-    import importlib
-
     factory: Any = _REGISTRY.get(name)
     if factory is None:
         entry = _entry_points().get(name)

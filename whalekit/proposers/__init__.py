@@ -4,7 +4,8 @@ one interface, `propose(archive, n, budget) -> list[Candidate]`.
 reflective (offline default, seeded), anthropic, openai and claude-code (LLM agents
 working in the read-only run view with list/read/grep, a prototyping tool and
 write_candidate; their SDKs are imported only when they run), and the prompt-only
-restriction for the FST baseline. `cost_report` prices each accepted harness.
+restriction for the FST baseline; `make_proposer` builds one by name (`registry.PROPOSERS`).
+`cost_report` prices each accepted harness.
 
     from whalekit.proposers import ReflectiveProposer
     candidates = ReflectiveProposer(domain.mechanisms(), seed=0).propose(archive, n=4)
@@ -19,9 +20,11 @@ from whalekit.proposers.openai_agent import OpenAIProposer
 from whalekit.proposers.prompt_only import PromptOnly, prompt_only_violation
 from whalekit.proposers.prototype import Prototyper, prototype_rollouts
 from whalekit.proposers.reflective import ReflectiveProposer
+from whalekit.proposers.registry import PROPOSERS, make_proposer
 from whalekit.proposers.rules import DomainRules, rules_for
 from whalekit.proposers.runview import RunView
 
 __all__ = ["AgentConfig", "AnthropicProposer", "Candidate", "ClaudeCodeProposer", "DomainRules", "Ledger",
-           "OpenAIProposer", "PromptOnly", "Proposer", "ProposerError", "Prototyper", "ReflectiveProposer", "RunView",
-           "cost_report", "prompt_only_violation", "prototype_rollouts", "rules_for"]
+           "OpenAIProposer", "PROPOSERS", "PromptOnly", "Proposer", "ProposerError", "Prototyper",
+           "ReflectiveProposer", "RunView", "cost_report", "make_proposer", "prompt_only_violation",
+           "prototype_rollouts", "rules_for"]

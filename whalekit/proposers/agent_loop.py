@@ -25,10 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from whalekit import harness
 from whalekit.episode import harness_id
 from whalekit.isolation import ALLOWED_IMPORTS, validate_source
 from whalekit.proposers.base import Candidate, Proposer
 from whalekit.proposers.ledger import Ledger, cost_usd
+from whalekit.proposers.report import render_report
 from whalekit.proposers.rules import DomainRules, rules_for
 from whalekit.proposers.runview import RunView
 
@@ -123,8 +125,6 @@ def tool_specs(prototype: bool) -> list[dict[str, Any]]:
 
 def system_prompt(domain: Any, n: int, rules: DomainRules | None = None, prototype: bool = False,
                   require_prototype: bool = False) -> str:
-    from whalekit import harness
-
     rules = rules or rules_for(domain)
     mechanisms = ", ".join(getattr(m, "name", str(m)) for m in domain.mechanisms()) if \
         hasattr(domain, "mechanisms") else ""
@@ -181,7 +181,7 @@ class Session:
 
     def user(self) -> str:
         left = f" The shared rollout budget has {self.budget.remaining} rollouts left." if self.budget else ""
-        return (self.archive.report() + f"\n\nThe run view's README.md says where everything is. Write {self.n} "
+        return (render_report(self.archive) + f"\n\nThe run view's README.md says where everything is. Write {self.n} "
                 f"new candidates with write_candidate.{left}")
 
     def tools(self) -> list[dict[str, Any]]:

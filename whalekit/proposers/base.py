@@ -15,6 +15,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from whalekit.proposers.report import render_report
+
 if TYPE_CHECKING:
     from whalekit.archive import Archive
     from whalekit.budget import RolloutBudget
@@ -47,4 +49,4 @@ class Proposer(ABC):
 
     def context(self, archive: Archive) -> str:
         """What the proposer is told about the archive (the report), for logging."""
-        return archive.report()
+        return render_report(archive)

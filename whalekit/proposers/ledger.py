@@ -19,6 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from whalekit.archive import Archive, archive_folders
+from whalekit.runs import read_jsonl_records
+
 SCHEMA_VERSION = 1
 
 # USD per million tokens (input, output), for the models whose prices are published;
@@ -67,18 +70,7 @@ class Ledger:
     def events(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
-        lines = self.path.read_text(encoding="utf-8").split("\n")
-        rows = []
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                if number == len(lines):  # the last line, torn by a kill: it never finished
-                    break
-                raise ValueError(f"{self.path}: line {number}: malformed ledger row ({exc.msg})") from exc
-        return rows
+        return read_jsonl_records(self.path)  # a last line torn by a kill is left out
 
     def next_call(self, proposer: str) -> int:
         calls = [e["call"] for e in self.events() if e["proposer"] == proposer]
@@ -221,8 +213,6 @@ def cost_report(archive: Any, ledger: Ledger | None = None) -> str:
 def run_cost_report(archive_root: str | Path, domain: str) -> str:
     """`cost_report` for every archive of a run (one per harness phase with
     `archive_scope: round`, each with its own ledger), as `whalekit report` prints it."""
-    from whalekit.archive import Archive, archive_folders
-
     folders = archive_folders(archive_root)
     if not folders:
         return "Proposer cost: no archive in this run."

@@ -21,6 +21,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from whalekit.harness import Harness
+from whalekit.mechanisms import apply_mechanism
 from whalekit.proposers.base import Candidate, Proposer
 
 if TYPE_CHECKING:
@@ -106,8 +107,6 @@ def prompt_only_catalogue(domain: Domain, initial_source: str | None = None) -> 
     (`initial_source`, the domain's h0 when None), then the domain's prompt
     wordings. (Code mechanisms would only be archived as invalid: without wordings an FST
     search has nothing to propose and its budget falls through to training.)"""
-    from whalekit.mechanisms import apply_mechanism
-
     h0 = domain.initial_harness_source() if initial_source is None else initial_source
     out = []
     for mechanism in domain.mechanisms() + domain.prompt_wordings():

@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whalekit.archive import atomic_write
+from whalekit.archive import archive_folders
 from whalekit.budget import RolloutBudget
+from whalekit.engine import Episode, RolloutConfig, rollout
 from whalekit.episode import harness_id
 from whalekit.isolation import IsolatedHarness, IsolationLimits, validate_source
 from whalekit.proposers.runview import PROTOTYPES_DIR, render_trajectory
+from whalekit.runs import atomic_write
 from whalekit.types import Task, Trajectory
 
 BUDGET_PHASE = "prototype"
@@ -83,8 +85,6 @@ class Prototyper:
         return [t.id for t in self.tasks]
 
     def __call__(self, source: str, n: int = 2, task_ids: list[str] | None = None) -> PrototypeRun:
-        from whalekit.engine import Episode, RolloutConfig, rollout
-
         hid = harness_id(source)
         problem = validate_source(source)
         if problem:
@@ -133,8 +133,6 @@ def prototype_rollouts(archive_root: str | Path) -> int:
     """Rollouts spent on finished prototype runs under an archive, or under every round
     archive of a run's `archive/` folder: what a resumed run adds to the budget it restores
     from the archive."""
-    from whalekit.archive import archive_folders
-
     total = 0
     for folder in archive_folders(archive_root) or [Path(archive_root)]:
         root = Path(folder) / PROTOTYPES_DIR

@@ -6,7 +6,6 @@ Why one renderer: the reflective proposer, the LLM agents' first message and a p
 debugging a search all read the same report, so what one sees the others see.
 
     text = render_report(archive, weights_version=1)
-    text = archive.report()   # the same
 """
 
 from __future__ import annotations

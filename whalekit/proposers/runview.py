@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whalekit.runs import read_jsonl_records
 from whalekit.types import Trajectory
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ class RunView:
         path = folder / "trajectories.jsonl"
         if not path.exists():
             return []
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = read_jsonl_records(path)
         return [t for t in (Trajectory.from_json(r) for r in rows) if self._allowed(t.task_id)]
 
     def _prototype_summary(self, folder: Path) -> str:

