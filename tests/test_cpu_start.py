@@ -42,7 +42,7 @@ def test_h0_cpu_is_the_authors_h0_plus_its_declared_mechanisms_exactly(domain_na
     assert composition.base == "h0"
     shipped = domain.harness_source("h0_cpu")
     assert shipped == composed_source(domain, composition), \
-        "harnesses/h0_cpu.py differs from its composition: regenerate with `python -m whalekit.mechanisms`"
+        "harnesses/h0_cpu.py differs from its composition: regenerate with `python -m whalekit.compositions`"
     catalogue = {m.name: m for m in domain.mechanisms()}
     by_hand = domain.harness_source("h0")
     for name in composition.mechanisms:

@@ -42,12 +42,12 @@ LAYERS: dict[str, int] = {
     "whalekit.progress": 1,
     # 2: the machinery built on them: the engine, backends, proposers, timing and tracking
     "whalekit.engine": 2, "whalekit.backends": 2, "whalekit.proposers": 2, "whalekit.timing": 2,
-    "whalekit.tracking": 2,
+    "whalekit.tracking": 2, "whalekit.compositions": 2,
     # 3: the driver and its phases
     "whalekit.rsft": 3, "whalekit.search": 3, "whalekit.schedules": 3, "whalekit.whale": 3, "whalekit.config": 3,
     # 4: front ends: figures, tables, the viewer, the command line, the reproduction
     "whalekit.tables": 4, "whalekit.plots": 4, "whalekit.widgets": 4, "whalekit.viewer": 4, "whalekit.cli": 4,
-    "whalekit.cli_config": 4, "whalekit.cli_harness": 4, "whalekit.reproduce": 4,
+    "whalekit.cli_config": 4, "whalekit.cli_harness": 4, "whalekit.reproduce": 4, "whalekit.calibration": 4,
 }
 
 # In-function imports in modules owned by other work in flight (issue #29's driver split:

@@ -27,6 +27,7 @@ from typing import Any
 from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.mechanisms import apply_mechanism
+from whalekit.models import load_policy
 from whalekit.shutdown import exit_on_sigterm
 from whalekit.types import Task, Trajectory
 from whalekit.whale import resolve_config
@@ -172,8 +173,6 @@ def run_from_arguments(domain_name: str, args: argparse.Namespace,
     """What a calibration script does: resolve the preset, cut its splits exactly as a run
     with --seed does, score the harnesses, write the JSON summary. `before(domain, tasks,
     samples)` may print and return extra summary fields (chess: the random-legal floor)."""
-    from whalekit.models import load_policy
-
     exit_on_sigterm()  # a terminated calibration closes vLLM's engine process instead of orphaning it
     config = resolve_config(args.preset, domain=domain_name, method="harness_only", seed=args.seed,
                             **parse_overrides(args.set))

@@ -11,7 +11,7 @@ real harness file, not a flag in a fixed one.
 
 Shipped harnesses that are another harness plus catalogue mechanisms (the cpu preset's
 `h0_cpu`) are declared as `Composition`s in the domain's catalogue (`COMPOSITIONS`) and
-written by `python -m whalekit.mechanisms`; a test checks every such file equals its
+written by `python -m whalekit.compositions`; a test checks every such file equals its
 composition, so it cannot drift from the mechanisms it is made of.
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 
@@ -107,24 +106,10 @@ def composed_source(domain: Any, composition: Composition) -> str:
         raise ValueError(f"{domain.name} composition {composition.name}: unknown mechanisms {missing}")
     docstring = (f"{composition.purpose}\n\nGenerated: {composition.base}.py plus the catalogue mechanisms "
                  f"{', '.join(composition.mechanisms)}\n(whalekit/domains/{domain.name}/mechanisms.py), "
-                 f"applied in that order by `python -m whalekit.mechanisms`.\nDo not edit: change the "
+                 f"applied in that order by `python -m whalekit.compositions`.\nDo not edit: change the "
                  f"composition or the mechanisms and regenerate; tests/test_cpu_start.py checks it.")
     return compose(domain.harness_source(composition.base), [catalogue[n] for n in composition.mechanisms],
                    docstring)
-
-
-def write_compositions(domains: list[str] | None = None) -> list[Path]:
-    """Write every built-in domain's composed harness files; returns the paths written."""
-    from whalekit.domains.base import BUILT_IN, get_domain
-
-    written = []
-    for name in sorted(domains or BUILT_IN):
-        domain = get_domain(name)
-        for composition in domain.compositions():
-            path = domain.harness_dir() / f"{composition.name}.py"
-            path.write_text(composed_source(domain, composition))
-            written.append(path)
-    return written
 
 
 def _replace_or_append(cls: ast.ClassDef, name: str, node: ast.stmt) -> None:
@@ -147,7 +132,3 @@ def _top_level_names(tree: ast.Module) -> set[str]:
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     return names
 
-
-if __name__ == "__main__":
-    for written_path in write_compositions():
-        print(f"wrote {written_path}")
