@@ -5,12 +5,15 @@ flag away (`--set initial_harness=h0_faithful`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from whalekit.calibration import code_hash
 from whalekit.domains.base import get_domain
 from whalekit.mechanisms import Composition, apply_mechanism, compose, composed_source
+from whalekit.stats import acceptance_power
 from whalekit.whale import resolve_config
 
 DOMAINS = ("chess", "math", "searchqa")
@@ -100,3 +103,45 @@ def test_every_mechanism_of_h0_cpu_has_its_row_in_the_fidelity_table_as_a_cpu_de
         row = [r for r in rows if f"`{mechanism}`" in r]
         assert len(row) == 1, f"docs/fidelity.md needs one '| h0_cpu, {domain_name} ...' row for `{mechanism}`"
         assert "cpu departure" in row[0] and "mean@8" in row[0], "the row says it departs and what it measured"
+
+
+# The committed calibration records (bench/calibrate_<domain>.py --preset cpu --json ...), made
+# with SmolLM2-135M (Q4_1 GGUF, dequantised) on the preset's sampler at T 1 / top_k 20, 64 test
+# problems x 8 samples. A record whose h0_cpu code or data differs from today's is stale: the test
+# fails, so a changed starting point must be recalibrated.
+RECORDS = Path(__file__).resolve().parents[1] / "results" / "calibration" / "cpu"
+
+
+def _record(domain_name: str) -> dict:
+    return json.loads((RECORDS / f"{domain_name}.json").read_text())
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_the_calibration_record_is_of_todays_h0_cpu_and_data_at_64_by_8(domain_name):
+    record = _record(domain_name)
+    config = resolve_config("cpu", domain=domain_name, method="whale")
+    assert (record["split"], record["problems"], record["samples"]) == ("test", 64, 8)
+    assert (record["temperature"], record["top_k"], record["initial_harness"]) == (1.0, 20, "h0_cpu")
+    assert record["domain_options"] == config.domain_options and record["split_options"] == config.split_options
+    h0_cpu = get_domain(domain_name, **config.domain_options).harness_source("h0_cpu")
+    assert record["harnesses"]["h0"]["code_sha256"] == code_hash(h0_cpu), \
+        f"h0_cpu changed since it was calibrated: rerun `{record['command']}`"
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_h0_cpu_scores_between_5_and_35_percent_and_the_search_split_has_power_there(domain_name):
+    level = _record(domain_name)["harnesses"]["h0"]["mean_at_k"]
+    assert 0.05 <= level <= 0.35, (domain_name, level)
+    n_search = resolve_config("cpu", domain=domain_name, method="whale").n_search
+    assert acceptance_power(level, 0.10, n_search) >= 0.8
+
+
+def test_the_catalogues_h1_is_at_least_10_points_above_h0_cpu_in_two_domains():
+    gaps = {d: _record(d)["harnesses"]["h1"]["mean_at_k"] - _record(d)["harnesses"]["h0"]["mean_at_k"]
+            for d in DOMAINS if "h1" in _record(d)["harnesses"]}
+    assert sum(gap >= 0.10 for gap in gaps.values()) >= 2, gaps
+
+
+def test_the_chess_random_legal_floor_lies_between_3_and_15_percent():
+    floor = _record("chess")["random_legal_move"]
+    assert 0.03 <= floor["expected"] <= 0.15 and 0.03 <= floor["mean@k"] <= 0.15, floor

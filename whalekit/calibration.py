@@ -14,6 +14,7 @@ mechanisms on top (`h0_faithful+few_shot_worked_example`).
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import sys
@@ -28,6 +29,7 @@ from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.mechanisms import apply_mechanism
 from whalekit.models import load_policy
+from whalekit.provenance import cpu_kind, provenance
 from whalekit.shutdown import exit_on_sigterm
 from whalekit.types import Task, Trajectory
 from whalekit.whale import resolve_config
@@ -55,7 +57,8 @@ class Calibration:
     """One harness's scores on one split: mean@k and what the episodes did."""
 
     harness: str
-    source_sha256: str  # of the harness source scored: a record goes stale when the harness changes
+    source_sha256: str  # of the harness source scored
+    code_sha256: str  # of its code (calibration.code_hash): a record goes stale when the code changes
     mean_at_k: float
     k: int
     problems: int
@@ -82,6 +85,17 @@ def source_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
 
+def code_hash(source: str) -> str:
+    """Hash of a harness's code, its module docstring left out and the layout normalised
+    (ast.unparse): a calibration record stays valid when only the words around it change,
+    and goes stale when the code does."""
+    tree = ast.parse(source)
+    first = tree.body[0] if tree.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        tree.body = tree.body[1:]
+    return hashlib.sha256(ast.unparse(tree).encode()).hexdigest()
+
+
 def summarize(domain: Domain, name: str, trajectories: list[Trajectory], k: int, wall_s: float,
               source: str = "") -> Calibration:
     flags: dict[str, list[float]] = defaultdict(list)
@@ -94,7 +108,8 @@ def summarize(domain: Domain, name: str, trajectories: list[Trajectory], k: int,
             if isinstance(value, (bool, int, float)):
                 flags[key].append(float(value))
     score = mean(float(t.correct) for t in trajectories) if trajectories else 0.0
-    return Calibration(harness=name, source_sha256=source_hash(source), mean_at_k=score, k=k,
+    return Calibration(harness=name, source_sha256=source_hash(source), code_sha256=code_hash(source),
+                       mean_at_k=score, k=k,
                        problems=len({t.task_id for t in trajectories}),
                        wall_s=wall_s, format_rate=format_rate(trajectories),
                        flags={key: mean(v) for key, v in sorted(flags.items())},
@@ -197,7 +212,8 @@ def run_from_arguments(domain_name: str, args: argparse.Namespace,
         close = getattr(policy.sampler, "close", None)
         if close:
             close()
-    summary = {"preset": args.preset, "domain": domain_name, "split": args.split, "problems": len(tasks),
+    summary = {"provenance": {**provenance(sampler_kind, policy.sampler), "cpu_kind": cpu_kind()},
+               "preset": args.preset, "domain": domain_name, "split": args.split, "problems": len(tasks),
                "samples": samples, "seed": args.seed, "initial_harness": config.initial_harness,
                "domain_options": config.domain_options, "split_options": config.split_options,
                "temperature": config.eval_temperature, "top_k": config.eval_top_k, "model": config.model,
