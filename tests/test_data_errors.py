@@ -124,5 +124,18 @@ def test_one_jsonl_reader_leaves_out_a_torn_last_line_and_names_any_other_bad_li
     assert_names_line(exc, path, 2, "invalid JSON")
 
 
+def test_a_users_data_file_cut_off_in_its_last_line_is_an_error_not_a_dropped_row(tmp_path):
+    path = tmp_path / "dapo.jsonl"
+    path.write_text('{"prompt": "1+1?", "answer": "2"}\n{"prompt": "2+2?", "ans')
+    with pytest.raises(ValueError) as exc:
+        load_dapo(path)
+    assert_names_line(exc, path, 2, "invalid JSON")
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text('{"question": "a?", "answer": ["x"]}\n{"question": "b?", "ans')
+    with pytest.raises(ValueError) as exc:
+        load_qa_jsonl(qa)
+    assert_names_line(exc, qa, 2, "invalid JSON")
+
+
 def test_every_domain_data_error_is_one_data_error():
     assert all(issubclass(error, DataError) for error in (MathDataError, PuzzleDataError, DataFormatError))

@@ -46,11 +46,15 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def read_jsonl(path: str | Path, error: type[DataError] = DataError) -> Iterator[tuple[int, Any]]:
+def read_jsonl(path: str | Path, error: type[DataError] = DataError,
+               records: bool = True) -> Iterator[tuple[int, Any]]:
     """(1-based line number, record) for each non-blank line of a JSONL file: the one JSONL
-    reader. One rule for a half-written file: a last line without its newline that does not
-    parse is a write cut off by a kill (or still in progress), and is left out; any other
-    line that does not parse raises `error` (a DataError) naming `path:line`."""
+    reader. One rule for a half-written file: in whalekit's own records (`records=True`) a
+    last line without its newline that does not parse is a write cut off by a kill (or
+    still in progress), and is left out; any other line that does not parse raises `error`
+    (a DataError) naming `path:line`. A user's data file (`records=False`) was not written
+    by a run that can be killed, so a cut-off last line is an error there too, never a
+    silently dropped row."""
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -58,7 +62,7 @@ def read_jsonl(path: str | Path, error: type[DataError] = DataError) -> Iterator
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                if not line.endswith("\n"):  # only the last line can lack its newline
+                if records and not line.endswith("\n"):  # only the last line can lack its newline
                     return
                 raise error.at(path, number, f"invalid JSON ({exc.msg})") from exc
             yield number, record

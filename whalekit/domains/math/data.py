@@ -77,7 +77,7 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         for index, record in enumerate(pq.read_table(path).to_pylist(), start=1):
             yield index, record
         return
-    for line_number, record in read_jsonl(path, MathDataError):
+    for line_number, record in read_jsonl(path, MathDataError, records=False):
         if not isinstance(record, dict):
             raise MathDataError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
         yield line_number, record

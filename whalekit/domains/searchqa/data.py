@@ -88,7 +88,7 @@ def _rows(path: Path) -> Iterator[tuple[str, int, Any]]:
             yield f"{path}:{line}", number, item
             line += text.count("\n", position, end)
             position = end
-    for number, row in read_jsonl(path, DataFormatError):
+    for number, row in read_jsonl(path, DataFormatError, records=False):
         yield f"{path}:{number}", number, row
 
 
