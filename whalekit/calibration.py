@@ -27,12 +27,12 @@ from typing import Any
 
 from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
-from whalekit.mechanisms import apply_mechanism
+from whalekit.mechanisms import compose
 from whalekit.models import load_policy
 from whalekit.provenance import cpu_kind, provenance
 from whalekit.shutdown import exit_on_sigterm
 from whalekit.types import Task, Trajectory
-from whalekit.whale import resolve_config
+from whalekit.whale import mean_at_k, resolve_config
 
 SPLITS = ("test", "train", "search")
 
@@ -45,11 +45,10 @@ def harness_source(domain: Domain, spec: str, initial: str = "h0") -> str:
     else:
         source = domain.harness_source(initial if base == "h0" else base)
     catalogue = {m.name: m for m in domain.mechanisms() + domain.prompt_wordings()}
-    for name in mechanisms:
-        if name not in catalogue:
-            raise ValueError(f"unknown {domain.name} mechanism {name!r}; known: {', '.join(sorted(catalogue))}")
-        source = apply_mechanism(source, catalogue[name])
-    return source
+    unknown = [name for name in mechanisms if name not in catalogue]
+    if unknown:
+        raise ValueError(f"unknown {domain.name} mechanisms {unknown}; known: {', '.join(sorted(catalogue))}")
+    return compose(source, [catalogue[name] for name in mechanisms])
 
 
 @dataclass
@@ -98,22 +97,14 @@ def code_hash(source: str) -> str:
 
 def summarize(domain: Domain, name: str, trajectories: list[Trajectory], k: int, wall_s: float,
               source: str = "") -> Calibration:
-    flags: dict[str, list[float]] = defaultdict(list)
-    by_subset: dict[str, list[float]] = defaultdict(list)
+    metrics = mean_at_k(trajectories, domain)  # the driver's own test metrics: score, per subset, flags
     failures: dict[str, int] = defaultdict(int)
     for trajectory in trajectories:
-        by_subset[trajectory.subset].append(float(trajectory.correct))
         failures[str(domain.failure_mode(trajectory))] += 1
-        for key, value in trajectory.flags.items():
-            if isinstance(value, (bool, int, float)):
-                flags[key].append(float(value))
-    score = mean(float(t.correct) for t in trajectories) if trajectories else 0.0
     return Calibration(harness=name, source_sha256=source_hash(source), code_sha256=code_hash(source),
-                       mean_at_k=score, k=k,
-                       problems=len({t.task_id for t in trajectories}),
-                       wall_s=wall_s, format_rate=format_rate(trajectories),
-                       flags={key: mean(v) for key, v in sorted(flags.items())},
-                       by_subset={key: mean(v) for key, v in sorted(by_subset.items())},
+                       mean_at_k=metrics["mean_at_k"], k=k, problems=len({t.task_id for t in trajectories}),
+                       wall_s=wall_s, format_rate=format_rate(trajectories), flags=metrics["behaviour"],
+                       by_subset=metrics["by_subset"],
                        failure_modes=dict(sorted(failures.items())),
                        errors=sum(1 for t in trajectories if t.error))
 
