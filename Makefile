@@ -61,4 +61,4 @@ lab: install
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
 
 reproduce: install
-	$(PY) -m whalekit.reproduce --preset $(PRESET)
+	$(PY) -m whalekit.reproduce --preset $(PRESET) $(if $(MAX_HOURS),--max-hours $(MAX_HOURS))

@@ -71,6 +71,11 @@ def git_commit(path: Path = PACKAGE_DIR) -> str:
     return _git("rev-parse", "HEAD", cwd=path) or "unknown"
 
 
+def git_tag(path: Path = PACKAGE_DIR) -> str | None:
+    """The tag the checkout is exactly at (a reproduction's pinned version), else None."""
+    return _git("describe", "--tags", "--exact-match", "HEAD", cwd=path) or None
+
+
 def git_dirty(path: Path = PACKAGE_DIR) -> bool | None:
     """True when tracked files of the package differ from the commit; None when unknown."""
     status = _git("status", "--porcelain", "--untracked-files=no", "--", str(path), cwd=path)
@@ -101,7 +106,7 @@ def provenance(requested_sampler: str, sampler: Any = None) -> dict[str, Any]:
     """The block config.json records under "provenance"."""
     return {"schema_version": SCHEMA_VERSION, "whalekit_version": whalekit_version(), "git_commit": git_commit(),
             "git_dirty": git_dirty(), "source_sha256": source_sha256(), "sampler_requested": requested_sampler,
-            "sampler": resolved_sampler(requested_sampler, sampler)}
+            "sampler": resolved_sampler(requested_sampler, sampler), "git_tag": git_tag(), "cpu_kind": cpu_kind()}
 
 
 def recorded_provenance(run_dir: str | Path) -> dict[str, Any] | None:

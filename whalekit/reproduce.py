@@ -36,6 +36,8 @@ from whalekit.methods import METHOD_NAMES
 from whalekit.presets import load_preset
 from whalekit.progress import OverallProgress, RunWatcher
 from whalekit.provenance import REUSE_ENV, provenance, provenance_changes, recorded_provenance
+from whalekit.results import export_run
+from whalekit.run_set import Deadline, PlannedRun, Records
 from whalekit.runs import NoRunsError, RunDir
 from whalekit.schedules import parse_schedule
 from whalekit.shutdown import exit_on_sigterm
@@ -61,6 +63,7 @@ class Job:
     output: Path
     expected: list[Path] = field(default_factory=list)
     run_dir: Path | None = None  # domain-run notebooks: the run they produce
+    planned: PlannedRun | None = None  # domain-run notebooks: the run's tier and configuration
 
     @property
     def label(self) -> str:
@@ -128,14 +131,42 @@ def expected_outputs(notebook: str, figures: Path, domains: list[str], grid_doma
     raise ValueError(f"unknown notebook {notebook!r}; known: {', '.join(NOTEBOOKS)}")
 
 
+TIER_A = ("whale", "weight_only", "harness_only", "fst")  # Table 2's core; tier b: the other methods
+ZERO_START_HARNESS = "h0_faithful"
+
+
+def run_set(domains: list[str], methods: list[str], seeds: list[int], grid_domain: str | None,
+            grid_schedules: list[Any], zero_start: list[str]
+            ) -> list[tuple[str, str, str, str | None, int, dict[str, Any]]]:
+    """(tier, domain, method, schedule, seed, overrides) of every run, in the order a chunked
+    reproduction makes them: tier a (TIER_A), then b (the other methods), then c (the
+    schedule grid), then d (the zero start from the authors' h0); within a tier seed by
+    seed, so that a partial set is a complete comparison at fewer seeds."""
+    tier_a = [m for m in methods if m in TIER_A]
+    tier_b = [m for m in methods if m not in TIER_A]
+    runs: list[tuple[str, str, str, str | None, int, dict[str, Any]]] = []
+    for tier, chosen in (("a", tier_a), ("b", tier_b)):
+        runs += [(tier, d, m, None, s, {}) for s in seeds for d in domains for m in chosen]
+    if grid_domain:
+        runs += [("c", grid_domain, "whale", "{:g},{}".format(*parse_schedule(sch)), s, {})
+                 for s in seeds for sch in grid_schedules]
+        if grid_domain not in domains:  # the grid compares against stagewise on its domain
+            runs += [("c", grid_domain, "stagewise", None, s, {}) for s in seeds if "stagewise" in methods]
+    runs += [("d", d, m, None, s, {"initial_harness": ZERO_START_HARNESS})
+             for s in seeds for d in domains for m in zero_start]
+    return runs
+
+
 def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Path | None = None,
          domains: list[str] | None = None, methods: list[str] | None = None,
          seeds: list[int] | tuple[int, ...] | None = None, quickstart_domain: str | None = None,
-         grid: bool = True) -> list[Job]:
+         grid: bool = True, zero: bool = True) -> list[Job]:
     """The whole sequence for a preset: the quickstart, every run (main comparison: each
     method at the preset's schedule on each domain; schedule grid: WHALE at each of the
     preset's grid schedules on the grid domain; grid=False leaves the grid and its notebook
-    out), then the analysis notebooks (the adaptive one only when the adaptive method runs).
+    out; the zero start: the preset's reproduce.zero_start methods from the authors' h0,
+    zero=False leaves them out), then the analysis notebooks (the adaptive one only when
+    the adaptive method runs).
     `domains` defaults to the preset's domains except the toy one (which exists for
     mechanics), unless toy is all there is. Runs go under `runs_root/<preset>/`; figures
     default to `figures_dir(preset)`."""
@@ -157,27 +188,24 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     quickstart = {"domain": quickstart_domain, **({} if quickstart_domain == "math" else {"mechanism": None})}
     jobs = [Job(QUICKSTART, {**common, **quickstart}, notebooks_out / f"{QUICKSTART}.ipynb",
                 expected_outputs(QUICKSTART, figures, domains))]
-    runs: list[tuple[str, str, str | None, int]] = [(d, m, None, s) for d in domains for m in methods for s in seeds]
     grid_spec = (data.get("grid") or {}) if grid else {}
     grid_domain = grid_spec.get("domain") if "whale" in methods else None
-    if grid_domain:
-        runs += [(grid_domain, "whale", "{:g},{}".format(*parse_schedule(sch)), s)
-                 for sch in grid_spec.get("schedules", []) for s in seeds]
-        if grid_domain not in domains:  # the grid compares against stagewise on its domain
-            runs += [(grid_domain, "stagewise", None, s) for s in seeds if "stagewise" in methods]
+    zero_start = [m for m in defaults["zero_start"] if m in methods] if zero else []
     seen: set[Path] = set()
-    for domain, method, schedule, seed in runs:
+    for tier, domain, method, schedule, seed, overrides in run_set(domains, methods, seeds, grid_domain,
+                                                                   grid_spec.get("schedules", []), zero_start):
         config = resolve_config(preset, domain=domain, method=method, schedule=schedule, seed=seed,
-                                runs_root=str(runs_root))
+                                runs_root=str(runs_root), **overrides)
         if config.run_dir in seen:
             continue  # e.g. the grid's (0.6, 6) is the main comparison's WHALE run
         seen.add(config.run_dir)
         check_not_stale(config)  # before hours of work, not after
         stem = run_figure_stem(figures, domain, config.run_name)
-        jobs.append(Job(DOMAIN_RUN, {**common, "domain": domain, "method": method, "schedule": schedule,
-                                     "seed": seed},
-                        notebooks_out / f"{DOMAIN_RUN}-{domain}-{config.run_name}.ipynb",
-                        [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.pdf"], config.run_dir))
+        parameters: dict[str, Any] = {**common, "domain": domain, "method": method, "schedule": schedule,
+                                      "seed": seed, **({"overrides": overrides} if overrides else {})}
+        jobs.append(Job(DOMAIN_RUN, parameters, notebooks_out / f"{DOMAIN_RUN}-{domain}-{config.run_name}.ipynb",
+                        [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.pdf"], config.run_dir,
+                        PlannedRun(tier, config, overrides)))
     for notebook in ANALYSIS:
         if (notebook == "05_schedule_grid" and not grid) or (notebook == "06_adaptive" and "adaptive" not in methods):
             continue  # nothing for it to plot
@@ -194,20 +222,21 @@ def run_set_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """The run set a preset reproduces when the command line names none: its `reproduce`
     section's domains, methods, seeds and notebooks at once (`parallel`), else its domains
     except the toy one (which exists for mechanics, unless it is all there is), every
-    method, seeds 0 1 2, one notebook at a time. The smoke preset names a small set (one
+    method, seeds 0 1 2, one notebook at a time; `zero_start` lists the methods also run from
+    the authors' faithful h0 (none by default). The smoke preset names a small set (one
     domain, one seed, two at once) so that its pass takes minutes."""
     section = data.get("reproduce") or {}
-    unknown = sorted(set(section) - {"domains", "methods", "seeds", "parallel"})
+    unknown = sorted(set(section) - {"domains", "methods", "seeds", "parallel", "zero_start"})
     if unknown:
         raise ValueError(f"the preset's reproduce section has unknown keys {unknown}; "
-                         "known: domains, methods, seeds, parallel")
+                         "known: domains, methods, seeds, parallel, zero_start")
     domains = list(section.get("domains") or [d for d in data["domains"] if d != "toy"] or list(data["domains"]))
     missing = sorted(set(domains) - set(data["domains"]))
     if missing:
         raise ValueError(f"the preset's reproduce section names domains {missing} it has no section for")
     return {"domains": domains, "methods": list(section.get("methods") or METHODS),
             "seeds": [int(s) for s in section.get("seeds") or DEFAULT_SEEDS],
-            "parallel": int(section.get("parallel", 1))}
+            "parallel": int(section.get("parallel", 1)), "zero_start": list(section.get("zero_start") or [])}
 
 
 def reusable(job: Job) -> bool:
@@ -302,14 +331,19 @@ def job_costs(jobs: Sequence[Any]) -> list[float]:
 
 def run_jobs(jobs: list[Job], notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3",
              log: Callable[[str], None] = print, watch_interval_s: float = 5.0,
-             parallel: int = 1) -> list[dict[str, Any]]:
+             parallel: int = 1, records: Records | None = None) -> list[dict[str, Any]]:
     """Execute the jobs in order: a line per stage a run finishes (read from its events,
     the notebook's own output is not shown) and a line per job with the overall share of
     the work done and an ETA (whalekit.progress); returns and saves the timings.
     `parallel` > 1 runs that many domain-run notebooks at once (each in its own kernel);
     the quickstart still runs first and the analysis notebooks after every run. Worth it
     where a run's time is mostly one-threaded Python (imports, the tiny model: the smoke
-    preset), not where the model's matmuls already fill every core (cpu preset)."""
+    preset), not where the model's matmuls already fill every core (cpu preset).
+
+    With `records` (the chunked reproduction): a run already recorded under results/ is
+    skipped, a finished run is exported there at once, STATUS.md is rewritten after each
+    run, and no run starts past the chunk's deadline; when the deadline stops the chunk,
+    the analysis notebooks are left for the chunk that completes the set."""
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1, got {parallel}")
     overall = OverallProgress(job_costs(jobs), parallel=parallel)
@@ -318,12 +352,26 @@ def run_jobs(jobs: list[Job], notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "
 
     def one(index: int) -> None:
         job = jobs[index]
+        if records is not None and job.planned is not None:
+            if records.recorded(job.planned):
+                with lock:
+                    timings[index] = {"notebook": job.notebook, "label": job.label, "wall_s": 0.0, "reused": True}
+                    log(overall.finish(index, f"{job.label} (recorded in {records.results_root})", 0.0, True))
+                return
+            if records.stopped or not records.may_start(job.planned):
+                records.stopped = True
+                return
+            records.started(job.planned)
+        elif records is not None and records.stopped:
+            return  # the analysis notebooks wait for the chunk that completes the set
         started = time.perf_counter()
         reused = reusable(job)
         if not reused:
             with RunWatcher(job.run_dir, _prefixed(log, f"  {job.label}: "), watch_interval_s):
                 execute(job, notebook_dir, kernel)
         wall = time.perf_counter() - started
+        if records is not None and job.planned is not None:
+            records.finished(job.planned)
         with lock:
             timings[index] = {"notebook": job.notebook, "label": job.label, "wall_s": round(wall, 1),
                               "reused": reused}
@@ -331,8 +379,9 @@ def run_jobs(jobs: list[Job], notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "
 
     with _threads_per_kernel(parallel):
         _run_in_batches(jobs, one, parallel)
-    if jobs:
-        write_timings(timings, jobs[0].output.parent)
+    done = [t for t in timings if t]
+    if done:
+        write_timings(done, jobs[0].output.parent)
     return timings
 
 
@@ -429,24 +478,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", type=int, default=None,
                         help="domain-run notebooks executed at once (default: the preset's reproduce.parallel, "
                              "else 1)")
+    parser.add_argument("--no-zero-start", action="store_true", help="leave out the zero-start runs (the preset's "
+                        "reproduce.zero_start methods from the authors' faithful h0)")
+    parser.add_argument("--results", default="results", help="committed run records: a run recorded here for the "
+                        "same configuration and code is skipped; each finished run is exported here")
+    parser.add_argument("--max-hours", type=float, default=None,
+                        help="start no run after this many hours (nor one this machine's timings say would end "
+                             "past them): the chunk stops at a run boundary and the same command continues")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel that executes the notebooks")
     parser.add_argument("--dry-run", action="store_true", help="list the notebook executions and stop")
     args = parser.parse_args(argv)
     jobs = plan(args.preset, args.runs_root, args.figures, args.domains, args.methods, args.seeds,
-                grid=not args.no_grid)
+                grid=not args.no_grid, zero=not args.no_zero_start)
+    records = Records([j.planned for j in jobs if j.planned is not None], Path(args.results), export_run,
+                      Deadline(args.max_hours), log=lambda line: print(line, flush=True))
     if args.dry_run:
         for job in jobs:
             print(job.label, json.dumps(job.parameters))
+        print(records.summary(), file=sys.stderr)
         handle_foreign_runs(jobs, args.reuse_foreign_runs, log=lambda line: print(line, file=sys.stderr),
                             dry_run=True)
         return 0
+    print(records.summary(), flush=True)  # the plan first: done / left per tier and an ETA
+    records.write_status()
     handle_foreign_runs(jobs, args.reuse_foreign_runs, log=lambda line: print(line, flush=True))
     started = time.perf_counter()
     parallel = args.parallel if args.parallel is not None else run_set_defaults(load_preset(args.preset))["parallel"]
-    run_jobs(jobs, kernel=args.kernel, log=lambda line: print(line, flush=True), parallel=parallel)
+    run_jobs(jobs, kernel=args.kernel, log=lambda line: print(line, flush=True), parallel=parallel, records=records)
+    records.write_status()
+    if records.stopped:
+        print(f"chunk ended after {time.perf_counter() - started:.0f} s at a run boundary (--max-hours):\n"
+              f"{records.summary()}\nstatus in {records.status_path()}", flush=True)
+        return 0
     figures = jobs[0].parameters["figures"]
     print(f"done in {time.perf_counter() - started:.0f} s: figures and tables in {figures}, "
-          f"executed notebooks and timings.md in {jobs[0].output.parent}", flush=True)
+          f"executed notebooks and timings.md in {jobs[0].output.parent}, status in {records.status_path()}",
+          flush=True)
     return 0
 
 

@@ -26,6 +26,7 @@ from whalekit.budget import BudgetConfig, RolloutBudget
 from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.episode import harness_id
+from whalekit.initial_eval import InitialEvalStore, initial_eval_key
 from whalekit.presets import flatten, load_preset, missing_data_files
 from whalekit.proposers.registry import make_proposer
 from whalekit.rsft import RSFTConfig
@@ -83,7 +84,13 @@ class RunConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
     stagewise_split: float = 0.5  # stagewise: budget share of the first phase
-    eval_k: int = 8  # test mean@k: k samples per test problem
+    eval_k: int = 8  # test mean@k: k samples per test problem (the initial and the final evaluation)
+    # Samples per test problem at the evaluations between (the curves' inner points, labelled
+    # mean@<k> wherever shown); None: eval_k. The final evaluation is always mean@eval_k.
+    eval_k_intermediate: int | None = None
+    # The initial evaluation (θ0, starting harness) is the same computation for every method of
+    # a (domain, seed): made once and shared through runs_root/.shared/ (whalekit.initial_eval).
+    share_initial_eval: bool = True
     eval_temperature: float = 1.0  # test sampling: T 1 / top_p 1 / top_k 20, as the authors evaluated
     eval_top_p: float = 1.0
     eval_top_k: int = 20  # 0 disables top-k
@@ -112,6 +119,9 @@ class RunConfig:
             raise ValueError(f"max_response_tokens must be positive or None, got {self.max_response_tokens}")
         if min(self.n_test, self.eval_k) <= 0 or min(self.eval_top_k, self.eval_temperature) < 0:
             raise ValueError("n_test and eval_k must be positive, eval_top_k and eval_temperature >= 0")
+        if self.eval_k_intermediate is not None and not 0 < self.eval_k_intermediate <= self.eval_k:
+            raise ValueError(f"eval_k_intermediate must be between 1 and eval_k ({self.eval_k}) or None, "
+                             f"got {self.eval_k_intermediate}")
         if self.budget.mode == "weight_steps" and self.method in SEARCH_CAPPED and self.budget.search_iterations <= 0:
             raise ValueError(f"{self.method} in budget.mode=weight_steps needs budget.search_iterations > 0")
         if self.method in WEIGHT_METHODS and self.n_train <= 0:
@@ -218,6 +228,9 @@ class _Driver:
         from whalekit.archive import Archive
 
         self.config = config
+        # The shared initial evaluation is only for a model the driver loads by name: a policy
+        # handed in (tests, notebooks) is not known to be the one a stored evaluation came from.
+        self.shares_initial_eval = config.share_initial_eval and policy is None
         self.clock = PhaseClock()  # every event carries the phase seconds since the previous one
         self.run = RunDir(config.run_dir)
         self.domain = get_domain(config.domain, **config.domain_options)
@@ -416,18 +429,50 @@ class _Driver:
                           done_at_start, unit=unit))
 
     # -- steps ----------------------------------------------------------------------------
+    def eval_samples(self, reason: str) -> int:
+        """Samples per test problem: eval_k for the initial and the final evaluation (the
+        table's numbers), eval_k_intermediate (when set) for those between."""
+        if reason in ("initial", "final") or self.config.eval_k_intermediate is None:
+            return self.config.eval_k
+        return self.config.eval_k_intermediate
+
+    def initial_eval_store(self) -> InitialEvalStore | None:
+        """Where this run's initial evaluation is shared with the other methods of its
+        (domain, seed), or None when it is not shared (see whalekit.initial_eval)."""
+        if not self.shares_initial_eval:
+            return None
+        from whalekit.provenance import cpu_kind, resolved_sampler, source_sha256
+
+        c = self.config
+        self._initial_inputs = {
+            "domain": c.domain, "domain_options": c.domain_options, "split_options": c.split_options,
+            "n_test": c.n_test, "seed": c.seed, "harness_id": self.seed_id, "model": c.model,
+            "sampler": resolved_sampler(c.sampler, self.sampler), "vllm_options": c.vllm_options, "k": c.eval_k,
+            "temperature": c.eval_temperature, "top_p": c.eval_top_p, "top_k": c.eval_top_k,
+            "max_new_tokens_cap": c.max_new_tokens_cap, "max_response_tokens": c.max_response_tokens,
+            "source_sha256": source_sha256(), "cpu_kind": cpu_kind()}
+        return InitialEvalStore(Path(c.runs_root), initial_eval_key(self._initial_inputs))
+
     def evaluate(self, state: RunState, reason: str) -> None:
         started = time.perf_counter()
-        index = state.evaluations
-        with phase("test_eval"):
-            trajectories = evaluate_test(self.domain, self.runtime(state.accepted_id), self.sampler,
-                                         self.splits.test, self.config.eval_k, self.config.eval_temperature,
-                                         self.config.seed, index, self.config.eval_top_p, self.config.eval_top_k)
-        self.run.write_trajectories(f"eval-{index:03d}", trajectories)
+        index, k = state.evaluations, self.eval_samples(reason)
+        store = self.initial_eval_store() if index == 0 else None
+        if store is not None and store.load() is not None:
+            metrics = store.copy_to(self.run.root / "test" / f"eval-{index:03d}.jsonl")
+        else:
+            with phase("test_eval"):
+                trajectories = evaluate_test(self.domain, self.runtime(state.accepted_id), self.sampler,
+                                             self.splits.test, k, self.config.eval_temperature,
+                                             self.config.seed, index, self.config.eval_top_p,
+                                             self.config.eval_top_k)
+            path = self.run.write_trajectories(f"eval-{index:03d}", trajectories)
+            metrics = mean_at_k(trajectories, self.domain)
+            if store is not None:
+                store.save(path, metrics, self._initial_inputs)
         self.run.log("test_eval", index=index, reason=reason, rollouts=self.budget.spent,
-                     weights_version=self.sampler.version, accepted_id=state.accepted_id, k=self.config.eval_k,
+                     weights_version=self.sampler.version, accepted_id=state.accepted_id, k=k,
                      n_tasks=len(self.splits.test), stages_done=len(state.history),
-                     wall_s=time.perf_counter() - started, **mean_at_k(trajectories, self.domain))
+                     wall_s=time.perf_counter() - started, **metrics)
         state.evaluations = index + 1
 
     def weight_step(self, state: RunState, stage: Stage) -> bool:
@@ -529,7 +574,10 @@ class _Driver:
         self.run.log("stage_end", kind=stage.kind, stage=len(state.history) - 1, rollouts=self.budget.spent,
                      steps=state.stage_steps, stage_rollouts=rollouts, **extra)
         self.report_stage(state, stage.kind)
-        if productive or (state.stage_steps and self.changed_since_evaluation(state)):
+        # The run's last stage is not evaluated here: the final evaluation (at eval_k) follows.
+        last = state.stalled >= 2 or not self.budget_left(state)
+        if not (last and self.eval_samples("between") < self.config.eval_k) \
+                and (productive or (state.stage_steps and self.changed_since_evaluation(state))):
             self.evaluate(state, f"after {stage.kind} stage")
         state.stage = None
 
@@ -586,8 +634,8 @@ class _Driver:
             if state.stage is not None:  # the budget ran out in the middle of a stage: close it
                 self.end_stage(state, Stage(**state.stage), budget_exhausted=True)
                 self.commit(state)
-            # "final" is what the run ends with: evaluated after the last rollout.
-            if self.changed_since_evaluation(state):
+            # "final" is what the run ends with: evaluated after the last rollout, at eval_k.
+            if self.changed_since_evaluation(state) or self.run.events("test_eval")[-1]["k"] != self.config.eval_k:
                 self.evaluate(state, "final")
                 self.commit(state)
             evals = self.run.events("test_eval")
@@ -607,11 +655,12 @@ class StaleRunError(ValueError):
     """A run directory holds a run made with another configuration."""
 
 
-def config_changes(config: RunConfig) -> list[str]:
-    """How `config` differs from the configuration recorded in its run directory (empty
-    when they agree or nothing is recorded yet). A finished run is only reused for the
-    configuration that made it: a changed preset must not pass off old numbers as new."""
-    run = RunDir(config.run_dir)
+def config_changes(config: RunConfig, folder: Path | None = None) -> list[str]:
+    """How `config` differs from the configuration recorded in its run directory (or in
+    `folder`, e.g. a committed record; empty when they agree or nothing is recorded yet). A
+    finished run is only reused for the configuration that made it: a changed preset must
+    not pass off old numbers as new."""
+    run = RunDir(folder if folder is not None else config.run_dir)
     if not run.config_path.exists():
         return []
     # Fields added to whalekit after the run was made count at their defaults.

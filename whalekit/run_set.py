@@ -1,0 +1,243 @@
+"""The reproduction's run set as committed records: which planned runs are recorded under
+`results/`, which are left, how long the rest will take on this machine, and the
+`results/<preset>/STATUS.md` that says so.
+
+Why: the full cpu set (7 methods x 3 domains x 3 seeds, the schedule grid, the zero start)
+takes days on 2 cores, so it is made in chunks over many sittings (`--max-hours`). A chunk
+must know what earlier chunks recorded (a run whose record matches its configuration and
+the code that makes it is skipped), and a reader must see where the set stands.
+
+A record counts for a planned run when its configuration equals the run's (the same rule
+that keeps a finished run from passing as another configuration's, `whale.config_changes`)
+and it was made by the same package source (`provenance.source_sha256`): a record of other
+code is "other code" and is made again at the set's code, never mixed in silently.
+
+    states = record_states(entries, Path("results"), source_sha256())
+    print(plan_summary(entries, states, cpu_kind()))
+    write_status(entries, states, Path("results/cpu/STATUS.md"), ...)
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whalekit.progress import format_duration
+from whalekit.provenance import cpu_kind, git_commit, git_tag, source_sha256
+from whalekit.runs import RunDir, atomic_write
+from whalekit.whale import RunConfig, config_changes
+
+RECORDED, LEFT, OTHER_CODE, OTHER_CONFIG = "recorded", "left", "other code", "other configuration"
+TIER_TITLES = {
+    "a": "Table 2's core: whale, weight_only, harness_only, fst",
+    "b": "schedules: stagewise, stagewise_reverse, adaptive",
+    "c": "the schedule grid (Table 3 / Figure 4)",
+    "d": "the zero start: from the authors' faithful h0",
+}
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of the set: its tier (a-d, TIER_TITLES) and its resolved configuration."""
+
+    tier: str
+    config: RunConfig
+    overrides: dict[str, Any] = field(default_factory=dict)  # beyond the preset: the zero start's harness
+
+    @property
+    def key(self) -> str:
+        return f"{self.config.domain}/{self.config.run_name}"
+
+
+@dataclass(frozen=True)
+class RecordState:
+    """Where a planned run stands: its state, the record folder, the record's wall time and
+    the CPU kind and commit it was made on (when recorded), and why it does not count."""
+
+    state: str
+    folder: Path
+    wall_s: float | None = None
+    cpu_kind: str | None = None
+    commit: str | None = None
+    reason: str = ""
+
+
+def record_folder(results_root: Path, config: RunConfig) -> Path:
+    """results/<preset>/<domain>/<run name>/: the committed record of one run."""
+    return Path(results_root) / Path(config.preset).stem / config.domain / config.run_name
+
+
+def record_state(run: PlannedRun, results_root: Path, source: str) -> RecordState:
+    """The state of one planned run against the records: RECORDED (a finished record of
+    this configuration made by the package source `source`), OTHER_CODE, OTHER_CONFIG, or LEFT."""
+    folder = record_folder(results_root, run.config)
+    record = RunDir(folder)
+    if not record.config_path.exists() or not record.done:
+        return RecordState(LEFT, folder)
+    recorded = record.config()
+    block = recorded.get("provenance") or {}
+    ends = record.events("run_end")
+    wall = float(ends[-1]["wall_s"]) if ends and ends[-1].get("wall_s") is not None else None
+    cpu, commit = block.get("cpu_kind"), block.get("git_commit")
+    changes = config_changes(run.config, folder)
+    if changes:
+        return RecordState(OTHER_CONFIG, folder, wall, cpu, commit, "; ".join(changes))
+    if block.get("source_sha256") != source:
+        return RecordState(OTHER_CODE, folder, wall, cpu, commit, f"made by package source "
+                           f"{str(block.get('source_sha256'))[:12]}, this checkout is {source[:12]}")
+    return RecordState(RECORDED, folder, wall, cpu, commit)
+
+
+def record_states(runs: Sequence[PlannedRun], results_root: Path, source: str) -> list[RecordState]:
+    return [record_state(run, results_root, source) for run in runs]
+
+
+def estimate_s(run: PlannedRun, runs: Sequence[PlannedRun], states: Sequence[RecordState],
+               cpu: str) -> float | None:
+    """Seconds one run will take on this CPU kind: the median wall time of the recorded runs
+    of the same domain and method made on it, else of the same domain, else of any run made
+    on it; None when this CPU kind has recorded nothing (no guess from another machine)."""
+    made = [(r, s) for r, s in zip(runs, states) if s.wall_s is not None and s.cpu_kind == cpu]
+    for same in (lambda r: (r.config.domain, r.config.method) == (run.config.domain, run.config.method),
+                 lambda r: r.config.domain == run.config.domain, lambda r: True):
+        walls = [s.wall_s for r, s in made if same(r) and s.wall_s is not None]
+        if walls:
+            return float(statistics.median(walls))
+    return None
+
+
+def eta_s(runs: Sequence[PlannedRun], states: Sequence[RecordState], cpu: str) -> tuple[float, int]:
+    """(estimated seconds for every run left, how many runs left have no estimate yet)."""
+    total, unknown = 0.0, 0
+    for run, state in zip(runs, states):
+        if state.state == RECORDED:
+            continue
+        estimate = estimate_s(run, runs, states, cpu)
+        if estimate is None:
+            unknown += 1
+        else:
+            total += estimate
+    return total, unknown
+
+
+def plan_summary(runs: Sequence[PlannedRun], states: Sequence[RecordState], cpu: str) -> str:
+    """The lines printed before a chunk starts: done / left per tier and an ETA."""
+    lines = []
+    for tier in sorted({r.tier for r in runs}):
+        mine = [s for r, s in zip(runs, states) if r.tier == tier]
+        done = sum(s.state == RECORDED for s in mine)
+        lines.append(f"tier {tier} ({TIER_TITLES.get(tier, tier)}): {done} of {len(mine)} runs recorded")
+    left = sum(s.state != RECORDED for s in states)
+    seconds, unknown = eta_s(runs, states, cpu)
+    eta = format_duration(seconds) if seconds else "0 s"
+    note = f" (+ {unknown} run(s) of a kind not yet timed on this CPU)" if unknown else ""
+    lines.append(f"{len(runs) - left} of {len(runs)} runs recorded, {left} left; ETA {eta}{note} on {cpu}")
+    return "\n".join(lines)
+
+
+def write_status(runs: Sequence[PlannedRun], states: Sequence[RecordState], path: Path, cpu: str,
+                 commit: str, tag: str | None, running: str | None = None) -> Path:
+    """results/<preset>/STATUS.md: every planned run with its state, wall time and the CPU
+    kind it was made on; written by `python -m whalekit.reproduce`, never by hand."""
+    seconds, unknown = eta_s(runs, states, cpu)
+    left = sum(s.state != RECORDED for s in states)
+    lines = [f"# Reproduction status: preset {path.parent.name}", "",
+             f"Written by `python -m whalekit.reproduce` at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+             f"from commit `{commit[:12]}`" + (f" (tag `{tag}`)" if tag else " (no tag)") + ".",
+             f"**{len(runs) - left} of {len(runs)} runs recorded, {left} left.** "
+             f"ETA of the rest on this machine ({cpu}): {format_duration(seconds) if seconds else '0 s'}"
+             + (f", plus {unknown} run(s) of a kind not yet timed on it." if unknown else "."),
+             "A run counts when its record under results/ has this configuration and was made by this code "
+             "(package source hash); `other code` and `other configuration` records are made again.", ""]
+    if running:
+        lines += [f"Running now: `{running}`.", ""]
+    for tier in sorted({r.tier for r in runs}):
+        lines += [f"## Tier {tier}: {TIER_TITLES.get(tier, tier)}", "",
+                  "| domain | run | state | wall time | CPU kind | commit |", "| --- | --- | --- | --- | --- | --- |"]
+        for run, state in zip(runs, states):
+            if run.tier != tier:
+                continue
+            wall = format_duration(state.wall_s) if state.wall_s is not None else ""
+            what = state.state + (f" ({state.reason})" if state.reason else "")
+            lines.append(f"| {run.config.domain} | {run.config.run_name} | {what} | {wall} | {state.cpu_kind or ''} "
+                         f"| {(state.commit or '')[:12]} |")
+        lines.append("")
+    atomic_write(path, "\n".join(lines))
+    return path
+
+
+class Deadline:
+    """`--max-hours`: a chunk starts no run after its hours are spent, nor one whose
+    estimate says it would end past them (when this machine has timed such a run), so it
+    stops cleanly at a run boundary; the next chunk picks up where it stopped."""
+
+    def __init__(self, max_hours: float | None, clock: Any = time.monotonic):
+        self.limit_s = None if max_hours is None else max_hours * 3600.0
+        self.clock = clock
+        self.started = clock()
+
+    def allows(self, estimate_s: float | None) -> bool:
+        if self.limit_s is None:
+            return True
+        elapsed = self.clock() - self.started
+        return elapsed < self.limit_s and (estimate_s is None or elapsed + estimate_s <= self.limit_s)
+
+
+class Records:
+    """A chunk's view of the run set while it works: which runs are recorded, the deadline,
+    and, after each run, the record exported (`export(run_dir, results_root)`, i.e.
+    whalekit.results.export_run) and STATUS.md rewritten. `stopped` turns true when the
+    deadline keeps a run from starting; the chunk then ends at that run boundary."""
+
+    def __init__(self, runs: Sequence[PlannedRun], results_root: Path, export: Any, deadline: Deadline | None = None,
+                 log: Any = print, source: str | None = None, cpu: str | None = None):
+        self.runs, self.results_root, self.export = list(runs), Path(results_root), export
+        # the code and machine this chunk runs on (tests may pin them)
+        self.source, self.cpu = source or source_sha256(), cpu or cpu_kind()
+        self.commit, self.tag = git_commit(), git_tag()
+        self.deadline = deadline or Deadline(None)
+        self.log = log
+        self.states = record_states(self.runs, self.results_root, self.source)
+        self.stopped = False
+
+    def _index(self, run: PlannedRun) -> int:
+        return next(i for i, r in enumerate(self.runs) if r.key == run.key)
+
+    def recorded(self, run: PlannedRun) -> bool:
+        return self.states[self._index(run)].state == RECORDED
+
+    def may_start(self, run: PlannedRun) -> bool:
+        """Whether the deadline lets `run` start (said once, when it does not)."""
+        estimate = estimate_s(run, self.runs, self.states, self.cpu)
+        if self.deadline.allows(estimate):
+            return True
+        left = sum(s.state != RECORDED for s in self.states)
+        self.log(f"--max-hours reached before {run.key} (estimate {format_duration(estimate)}): stopping at this "
+                 f"run boundary with {left} run(s) left; run the same command again to continue")
+        return False
+
+    def started(self, run: PlannedRun) -> None:
+        self.write_status(running=run.key)
+
+    def finished(self, run: PlannedRun) -> None:
+        """Export the finished run's record and rewrite STATUS.md."""
+        if RunDir(run.config.run_dir).done:
+            folder = self.export(run.config.run_dir, self.results_root)
+            self.log(f"recorded {run.key} in {folder}")
+        self.states[self._index(run)] = record_state(run, self.results_root, self.source)
+        self.write_status()
+
+    def status_path(self) -> Path:
+        return self.results_root / Path(self.runs[0].config.preset).stem / "STATUS.md"
+
+    def write_status(self, running: str | None = None) -> Path | None:
+        if not self.runs:
+            return None
+        return write_status(self.runs, self.states, self.status_path(), self.cpu, self.commit, self.tag, running)
+
+    def summary(self) -> str:
+        return plan_summary(self.runs, self.states, self.cpu)
