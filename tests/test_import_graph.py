@@ -48,7 +48,7 @@ LAYERS: dict[str, int] = {
     # 4: front ends: figures, tables, the viewer, the command line, the reproduction
     "whalekit.tables": 4, "whalekit.plots": 4, "whalekit.widgets": 4, "whalekit.viewer": 4, "whalekit.cli": 4,
     "whalekit.cli_config": 4, "whalekit.cli_harness": 4, "whalekit.reproduce": 4, "whalekit.calibration": 4,
-    "whalekit.run_set": 4,
+    "whalekit.run_set": 4, "whalekit.verdicts": 4,
 }
 
 # In-function imports in modules owned by other work in flight (issue #29's driver split:

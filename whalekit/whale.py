@@ -231,6 +231,9 @@ class _Driver:
         # The shared initial evaluation is only for a model the driver loads by name: a policy
         # handed in (tests, notebooks) is not known to be the one a stored evaluation came from.
         self.shares_initial_eval = config.share_initial_eval and policy is None
+        # A policy the driver loads is the driver's to close (vLLM's engine process is shut down
+        # while the run's process is healthy; left to interpreter exit it was seen to hang).
+        self.owns_policy = policy is None and config.backend.kind != "ray"
         self.clock = PhaseClock()  # every event carries the phase seconds since the previous one
         self.run = RunDir(config.run_dir)
         self.domain = get_domain(config.domain, **config.domain_options)
@@ -330,6 +333,8 @@ class _Driver:
             self.backend.close()
         if self.tracker is not None:
             self.tracker.close()
+        if self.owns_policy and hasattr(self.sampler, "close"):
+            self.sampler.close()
 
     # -- state ----------------------------------------------------------------------------
     def budget_total(self) -> int | None:
@@ -574,10 +579,12 @@ class _Driver:
         self.run.log("stage_end", kind=stage.kind, stage=len(state.history) - 1, rollouts=self.budget.spent,
                      steps=state.stage_steps, stage_rollouts=rollouts, **extra)
         self.report_stage(state, stage.kind)
-        # The run's last stage is not evaluated here: the final evaluation (at eval_k) follows.
+        # Evaluated when the stage changed the weights or the accepted harness: an unchanged
+        # agent measured again only adds a draw for "best on test" to select. The run's last
+        # stage is left to the final evaluation (at eval_k) when the ones between take fewer samples.
         last = state.stalled >= 2 or not self.budget_left(state)
         if not (last and self.eval_samples("between") < self.config.eval_k) \
-                and (productive or (state.stage_steps and self.changed_since_evaluation(state))):
+                and state.stage_steps and self.changed_since_evaluation(state):
             self.evaluate(state, f"after {stage.kind} stage")
         state.stage = None
 
