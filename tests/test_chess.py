@@ -135,6 +135,25 @@ def test_generation_is_deterministic_in_the_seed_and_honours_the_knobs():
         generate_puzzles(1, mate_in=3)
 
 
+def test_generated_puzzles_are_cached_and_read_back_equal_in_every_field(tmp_path, monkeypatch):
+    from whalekit.domains.chess import generator
+
+    monkeypatch.setenv("WHALEKIT_CACHE", str(tmp_path))
+    made = generate_puzzles(3, seed=7, min_mating_moves=2)
+    files = list((tmp_path / "chess-puzzles").glob("*.json"))
+    assert len(files) == 1
+    monkeypatch.setattr(generator, "_generate", lambda *a, **k: pytest.fail("generated again despite the cache"))
+    again = generate_puzzles(3, seed=7, min_mating_moves=2)
+    assert again == made and [p.meta for p in again] == [p.meta for p in made]
+    monkeypatch.undo()
+    monkeypatch.setenv("WHALEKIT_CACHE", str(tmp_path))
+    assert generate_puzzles(3, seed=7, min_mating_moves=2, cache=False) == made  # the cache changes nothing
+    files[0].write_text('[{"fen": 1}]')  # damaged: made again, not trusted
+    assert generate_puzzles(3, seed=7, min_mating_moves=2) == made
+    assert generate_puzzles(3, seed=8, min_mating_moves=2) != made  # other arguments, another file
+    assert len(list((tmp_path / "chess-puzzles").glob("*.json"))) == 2
+
+
 # --- splits -------------------------------------------------------------------------------
 
 def test_generated_splits_are_disjoint_by_position_and_carry_no_answer_in_inputs(domain):

@@ -17,13 +17,19 @@ moves (fewer = fewer ways to go wrong). Everything derives from the seed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 import chess
 
+from whalekit.domains.chess import data as data_module
 from whalekit.domains.chess.data import Puzzle
+from whalekit.model_files import cache_dir
+from whalekit.runs import atomic_write
 
 _LOOK_BACK = 4  # positions of the mating side examined before a game's final mate
 
@@ -143,10 +149,34 @@ def _puzzle_at(board: chess.Board, config: GeneratorConfig, seed: int, game: int
                   mate_in=config.mate_in, themes=(f"mateIn{config.mate_in}",), last_move=last_san, meta=meta)
 
 
-def generate_puzzles(n: int, mate_in: int = 1, seed: int = 0, max_games: int | None = None,
+def generate_puzzles(n: int, mate_in: int = 1, seed: int = 0, max_games: int | None = None, cache: bool = True,
                      **knobs: object) -> list[Puzzle]:
     """`n` distinct puzzles (by position), at most one per game, deterministic in `seed`.
-    Raises when `max_games` (default 200 * n) games yield too few."""
+    Raises when `max_games` (default 200 * n) games yield too few.
+
+    Generated once per (arguments, generator code) and kept under the whalekit cache
+    (`$WHALEKIT_CACHE/chess-puzzles/`): the puzzles are a pure function of their
+    arguments, and the cpu preset's (mate-in-1 with at least two mating moves) took minutes
+    per run to find. A cache file that does not read back is made again."""
+    if not cache:
+        return _generate(n, mate_in, seed, max_games, **knobs)
+    inputs = json.dumps({"n": n, "mate_in": mate_in, "seed": seed, "max_games": max_games, "knobs": knobs},
+                        sort_keys=True, default=str)
+    code = b"".join(Path(module).read_bytes() for module in (__file__, data_module.__file__))
+    key = hashlib.sha256(inputs.encode() + b"\0" + code).hexdigest()[:20]
+    path = cache_dir() / "chess-puzzles" / f"{key}.json"
+    if path.exists():
+        try:
+            return [Puzzle(**{**p, "solution": tuple(p["solution"]), "themes": tuple(p["themes"])})
+                    for p in json.loads(path.read_text(encoding="utf-8"))]
+        except (ValueError, TypeError, KeyError):
+            pass  # damaged or of another layout: made again below
+    puzzles = _generate(n, mate_in, seed, max_games, **knobs)
+    atomic_write(path, json.dumps([dataclasses.asdict(p) for p in puzzles]))
+    return puzzles
+
+
+def _generate(n: int, mate_in: int, seed: int, max_games: int | None, **knobs: object) -> list[Puzzle]:
     config = GeneratorConfig(mate_in=mate_in, **knobs)  # type: ignore[arg-type]
     budget = max_games if max_games is not None else 200 * max(n, 1)
     puzzles: list[Puzzle] = []
