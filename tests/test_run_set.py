@@ -89,7 +89,7 @@ def test_the_eta_comes_from_runs_timed_on_this_cpu_kind_only(tmp_path):
     # four runs left, all estimated from the one run timed on this CPU kind (600 s)
     assert "2 of 6 runs recorded, 4 left; ETA 40:00" in summary and CPU in summary
     elsewhere = Records([j.planned for j in jobs], results, _copy_export, source="a" * 64, cpu="Unseen CPU")
-    assert "+ 4 run(s) of a kind not yet timed on this CPU" in elsewhere.summary()
+    assert "ETA not known yet: no run of this set has been timed on Unseen CPU" in elsewhere.summary()
 
 
 def test_the_deadline_stops_at_a_run_boundary():

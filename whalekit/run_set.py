@@ -132,25 +132,28 @@ def plan_summary(runs: Sequence[PlannedRun], states: Sequence[RecordState], cpu:
         done = sum(s.state == RECORDED for s in mine)
         lines.append(f"tier {tier} ({TIER_TITLES.get(tier, tier)}): {done} of {len(mine)} runs recorded")
     left = sum(s.state != RECORDED for s in states)
-    seconds, unknown = eta_s(runs, states, cpu)
-    eta = format_duration(seconds) if seconds else "0 s"
-    note = f" (+ {unknown} run(s) of a kind not yet timed on this CPU)" if unknown else ""
-    lines.append(f"{len(runs) - left} of {len(runs)} runs recorded, {left} left; ETA {eta}{note} on {cpu}")
+    lines.append(f"{len(runs) - left} of {len(runs)} runs recorded, {left} left; {eta_text(runs, states, cpu)}")
     return "\n".join(lines)
+
+
+def eta_text(runs: Sequence[PlannedRun], states: Sequence[RecordState], cpu: str) -> str:
+    """'ETA 3:20:00 on <cpu>', with the runs no estimate covers said, or that none exists yet."""
+    seconds, unknown = eta_s(runs, states, cpu)
+    if unknown and not seconds:
+        return f"ETA not known yet: no run of this set has been timed on {cpu}"
+    note = f" (+ {unknown} run(s) of a kind not yet timed on this CPU)" if unknown else ""
+    return f"ETA {format_duration(seconds) if seconds else '0 s'}{note} on {cpu}"
 
 
 def write_status(runs: Sequence[PlannedRun], states: Sequence[RecordState], path: Path, cpu: str,
                  commit: str, tag: str | None, running: str | None = None) -> Path:
     """results/<preset>/STATUS.md: every planned run with its state, wall time and the CPU
     kind it was made on; written by `python -m whalekit.reproduce`, never by hand."""
-    seconds, unknown = eta_s(runs, states, cpu)
     left = sum(s.state != RECORDED for s in states)
     lines = [f"# Reproduction status: preset {path.parent.name}", "",
              f"Written by `python -m whalekit.reproduce` at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
              f"from commit `{commit[:12]}`" + (f" (tag `{tag}`)" if tag else " (no tag)") + ".",
-             f"**{len(runs) - left} of {len(runs)} runs recorded, {left} left.** "
-             f"ETA of the rest on this machine ({cpu}): {format_duration(seconds) if seconds else '0 s'}"
-             + (f", plus {unknown} run(s) of a kind not yet timed on it." if unknown else "."),
+             f"**{len(runs) - left} of {len(runs)} runs recorded, {left} left.** {eta_text(runs, states, cpu)}.",
              "A run counts when its record under results/ has this configuration and was made by this code "
              "(package source hash); `other code` and `other configuration` records are made again.", ""]
     if running:
