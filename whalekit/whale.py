@@ -579,12 +579,11 @@ class _Driver:
         self.run.log("stage_end", kind=stage.kind, stage=len(state.history) - 1, rollouts=self.budget.spent,
                      steps=state.stage_steps, stage_rollouts=rollouts, **extra)
         self.report_stage(state, stage.kind)
-        # Evaluated when the stage changed the weights or the accepted harness: an unchanged
-        # agent measured again only adds a draw for "best on test" to select. The run's last
-        # stage is left to the final evaluation (at eval_k) when the ones between take fewer samples.
+        # The run's last stage is left to the final evaluation (at eval_k) when the ones between
+        # take fewer samples.
         last = state.stalled >= 2 or not self.budget_left(state)
         if not (last and self.eval_samples("between") < self.config.eval_k) \
-                and state.stage_steps and self.changed_since_evaluation(state):
+                and (productive or (state.stage_steps and self.changed_since_evaluation(state))):
             self.evaluate(state, f"after {stage.kind} stage")
         state.stage = None
 
