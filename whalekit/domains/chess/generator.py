@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import random
 from dataclasses import dataclass
@@ -26,7 +27,6 @@ from pathlib import Path
 
 import chess
 
-from whalekit.domains.chess import data as data_module
 from whalekit.domains.chess.data import Puzzle
 from whalekit.model_files import cache_dir
 from whalekit.runs import atomic_write
@@ -162,7 +162,7 @@ def generate_puzzles(n: int, mate_in: int = 1, seed: int = 0, max_games: int | N
         return _generate(n, mate_in, seed, max_games, **knobs)
     inputs = json.dumps({"n": n, "mate_in": mate_in, "seed": seed, "max_games": max_games, "knobs": knobs},
                         sort_keys=True, default=str)
-    code = b"".join(Path(module).read_bytes() for module in (__file__, data_module.__file__))
+    code = b"".join(Path(module).read_bytes() for module in (__file__, inspect.getfile(Puzzle)))
     key = hashlib.sha256(inputs.encode() + b"\0" + code).hexdigest()[:20]
     path = cache_dir() / "chess-puzzles" / f"{key}.json"
     if path.exists():
