@@ -25,6 +25,7 @@ from typing import Any
 from whalekit.budget import RolloutBudget
 from whalekit.domains.base import Domain
 from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, rollout
+from whalekit.samplers.vllm import cpu_has_native_bf16
 from whalekit.timing import phase
 from whalekit.types import Task, Trajectory
 
@@ -177,11 +178,7 @@ def bf16_supported() -> bool:
 
     if torch.cuda.is_available():
         return torch.cuda.is_bf16_supported()
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return cpu_has_native_bf16()
 
 
 def resolve_train_dtype(name: str, device_type: str, bf16_ok: bool = True) -> str:

@@ -19,6 +19,7 @@ with the reason, so the model can fix a candidate in the same session.
 from __future__ import annotations
 
 import json
+import os
 import time
 from abc import abstractmethod
 from collections.abc import Callable
@@ -343,6 +344,26 @@ class AgentProposer(Proposer):
         else:
             return session.finish("max_turns" if len(session.written) < session.n else None)
         return session.finish()
+
+
+class HostedAgentProposer(AgentProposer):
+    """An agent proposer whose model sits behind an API: an API key and an endpoint, each
+    given as an argument or else read from the environment (`key_variable`, `url_variable`)."""
+
+    default_model = ""  # the model when no config is given
+    key_variable = ""  # the environment variable holding the API key
+    url_variable = ""  # the environment variable holding the endpoint (unset: the SDK's default)
+
+    def __init__(self, domain: Any, config: AgentConfig | None = None, api_key: str | None = None,
+                 base_url: str | None = None, ledger: Ledger | None = None):
+        super().__init__(domain, config or AgentConfig(model=self.default_model), ledger)
+        self.api_key, self.base_url = api_key, base_url
+
+    def key(self) -> str | None:
+        return self.api_key or os.environ.get(self.key_variable)
+
+    def endpoint(self) -> str | None:
+        return self.base_url or os.environ.get(self.url_variable)
 
 
 def transcript(ledger: Ledger, proposer: str | None = None, call: int | None = None) -> list[str]:
