@@ -20,7 +20,10 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from whalekit.domains.base import Domain
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def renamed(source: str, harness_name: str) -> str:
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
-def composed_source(domain: Any, composition: Composition) -> str:
+def composed_source(domain: Domain, composition: Composition) -> str:
     """The source `composition` stands for in `domain` (its catalogue and harnesses)."""
     catalogue = {m.name: m for m in domain.mechanisms() + domain.prompt_wordings()}
     missing = [name for name in composition.mechanisms if name not in catalogue]

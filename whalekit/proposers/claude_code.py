@@ -29,6 +29,7 @@ from whalekit.proposers.ledger import Ledger
 if TYPE_CHECKING:
     from whalekit.archive import Archive
     from whalekit.budget import RolloutBudget
+    from whalekit.domains.base import Domain
 
 DEFAULT_MODEL = "claude-opus-4-7"
 SERVER = "whalekit"
@@ -39,7 +40,7 @@ class ClaudeCodeProposer(HostedAgentProposer):
 
     default_model, key_variable, url_variable = DEFAULT_MODEL, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"
 
-    def __init__(self, domain: Any, config: AgentConfig | None = None, api_key: str | None = None,
+    def __init__(self, domain: Domain, config: AgentConfig | None = None, api_key: str | None = None,
                  base_url: str | None = None, ledger: Ledger | None = None, cli_path: str | None = None,
                  env: dict[str, str] | None = None):
         super().__init__(domain, config, api_key, base_url, ledger)
