@@ -12,8 +12,10 @@ import pytest
 
 from whalekit.calibration import code_hash
 from whalekit.domains.base import get_domain
+from whalekit.episode import load_harness
 from whalekit.mechanisms import Composition, apply_mechanism, compose, composed_source
 from whalekit.stats import acceptance_power
+from whalekit.types import ToolResult
 from whalekit.whale import resolve_config
 
 DOMAINS = ("chess", "math", "searchqa")
@@ -71,6 +73,61 @@ def test_a_format_demonstration_is_on_no_problem_of_any_split():
     world = searchqa.world
     assert not [p.name for p in world.people if p.name in example], "the demonstration names a person of the world"
     assert not [c for c in world.cities if getattr(c, "name", c) in example]
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_every_composed_harness_file_equals_its_composition(domain_name):
+    domain = get_domain(domain_name)
+    for composition in domain.compositions():
+        assert domain.harness_source(composition.name) == composed_source(domain, composition), \
+            f"harnesses/{composition.name}.py differs from its composition: regenerate with " \
+            "`python -m whalekit.compositions`"
+
+
+def test_chess_h1_is_h0_plus_three_catalogue_mechanisms_under_its_own_name():
+    chess = get_domain("chess")
+    h1 = next(c for c in chess.compositions() if c.name == "h1")
+    assert (h1.base, h1.mechanisms) == ("h0", ("compact_legal_moves", "legal_move_choice", "compact_history"))
+    harness = load_harness(chess.harness_source("h1"))
+    assert (type(harness).__name__, harness.name) == ("ChessH1", "chess-h1")
+
+
+# Math and Search-QA h1 are hand-written, not compositions: each differs from h0 in hooks no
+# catalogue mechanism sets (math: system prompt, bare question, 3 turns, parse, ```output tool
+# results, last-number fallback; Search-QA: one turn, "Document i:" blocks cut to 300
+# characters), so making either a composition would change the harness its calibrated
+# figure (results/calibration/cpu/) measures. Their few-shot examples drift from the catalogue
+# mechanisms in exactly the ways below; a change to either side fails here.
+def _few_shot(source: str) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in load_harness(source).few_shot(None)]
+
+
+def test_math_h1_few_shot_is_the_mechanisms_but_its_tool_turn_is_rendered_as_h1_renders_tool_results():
+    math = get_domain("math")
+    mechanism = {m.name: m for m in math.mechanisms()}["few_shot_worked_example"]
+    h1, h0 = math.harness_source("h1"), math.harness_source("h0")
+    h1_example, mechanism_example = _few_shot(h1), _few_shot(apply_mechanism(h0, mechanism))
+    assert [m for i, m in enumerate(h1_example) if i != 2] == [m for i, m in enumerate(mechanism_example) if i != 2]
+    assert h1_example[2] == ("user", "```output\n89\n```")  # h1's tool-result format
+    assert mechanism_example[2] == ("user", "<tool_response>\n89\n</tool_response>")  # h0's
+    assert h1_example[2][1] == load_harness(h1).format_tool_result(ToolResult("python", "89\n"), None)
+    assert mechanism_example[2][1] == load_harness(h0).format_tool_result(ToolResult("python", "89"), None)
+
+
+def test_searchqa_h1_few_shot_is_the_mechanisms_exchange_without_the_search_turn():
+    searchqa = get_domain("searchqa")
+    mechanism = {m.name: m for m in searchqa.mechanisms()}["few_shot_example"]
+    h1_example = _few_shot(searchqa.harness_source("h1"))
+    mechanism_example = _few_shot(apply_mechanism(searchqa.harness_source("h0"), mechanism))
+    passage = "Anna Brel (born 1901) was a poet. Brel was born in the city of Ostin."
+    assert mechanism_example == [
+        ("user", "Question: In which city was Anna Brel born?"), ("assistant", "<search>Anna Brel</search>"),
+        ("user", f"[1] Anna Brel: {passage}"), ("assistant", "<answer>Ostin</answer>")]
+    # h1 searches before the model speaks: one turn, the documents (a second one added) before the question
+    assert h1_example == [
+        ("user", f"Document 1: {passage}\nDocument 2: Ostin is a city in Valmar, on the cold Dree river.\n\n"
+                 "Question: In which city was Anna Brel born?"),
+        ("assistant", "<answer>Ostin</answer>")]
 
 
 def test_compose_replaces_the_docstring_and_keeps_the_code():
@@ -134,6 +191,16 @@ def test_h0_cpu_scores_between_5_and_35_percent_and_the_search_split_has_power_t
     assert 0.05 <= level <= 0.35, (domain_name, level)
     n_search = resolve_config("cpu", domain=domain_name, method="whale").n_search
     assert acceptance_power(level, 0.10, n_search) >= 0.8
+
+
+@pytest.mark.parametrize("domain_name", DOMAINS)
+def test_a_calibrated_h1_is_todays_h1(domain_name):
+    record = _record(domain_name)
+    if "h1" not in record["harnesses"]:
+        pytest.skip(f"{domain_name}: no h1 in the calibration record")
+    h1 = get_domain(domain_name, **record["domain_options"]).harness_source("h1")
+    assert record["harnesses"]["h1"]["code_sha256"] == code_hash(h1), \
+        f"h1 changed since it was calibrated: rerun `{record['command']}`"
 
 
 def test_the_catalogues_h1_is_at_least_10_points_above_h0_cpu_in_two_domains():

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from fakes.samplers import ScriptedSampler
+from fakes.samplers import CharTokenizer, ScriptedSampler
 
 from whalekit.domains.base import get_domain
 from whalekit.domains.math import DEFAULT_MIX, MathDomain
@@ -25,21 +25,6 @@ from whalekit.types import Task, ToolCall, ToolResult, Trajectory, Turn
 
 FIXTURES = Path(__file__).parent / "fixtures" / "math"
 DOMAIN = MathDomain()
-
-
-class CharTokenizer:
-    """One id per character and a plain-text chat template: all the engine needs from a
-    tokenizer, without importing transformers (seconds) for scripted episodes."""
-
-    def encode(self, text, add_special_tokens=False):
-        return [ord(c) for c in text]
-
-    def decode(self, ids, skip_special_tokens=True):
-        return "".join(chr(i) for i in ids)
-
-    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=True, return_dict=False):
-        text = "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages) + "<|assistant|>\n"
-        return self.encode(text)
 
 
 @pytest.fixture(scope="module")

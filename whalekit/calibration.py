@@ -27,7 +27,7 @@ from typing import Any
 
 from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
-from whalekit.mechanisms import compose
+from whalekit.mechanisms import code_body, compose
 from whalekit.models import load_policy
 from whalekit.provenance import cpu_kind, provenance
 from whalekit.shutdown import exit_on_sigterm
@@ -89,9 +89,7 @@ def code_hash(source: str) -> str:
     (ast.unparse): a calibration record stays valid when only the words around it change,
     and goes stale when the code does."""
     tree = ast.parse(source)
-    first = tree.body[0] if tree.body else None
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-        tree.body = tree.body[1:]
+    tree.body = code_body(tree)
     return hashlib.sha256(ast.unparse(tree).encode()).hexdigest()
 
 

@@ -1,7 +1,7 @@
 """Writes the shipped harness files that are compositions (another harness plus catalogue
 mechanisms, declared as `COMPOSITIONS` in each domain's catalogue: the cpu preset's
-`h0_cpu`), so they are generated, never hand-edited, and cannot drift from the mechanisms
-they are made of (tests/test_cpu_start.py checks each file equals its composition).
+`h0_cpu`, chess `h1`), so they are generated, never hand-edited, and cannot drift from the
+mechanisms they are made of (tests/test_cpu_start.py checks each file equals its composition).
 
     python -m whalekit.compositions          # rewrite every built-in domain's composed files
 """

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 import traceback
+import zlib
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -25,7 +26,9 @@ from typing import Any, Protocol
 from whalekit.domains.base import Domain
 from whalekit.episode import EpisodeDriver, Finished, GenerateRequest, Request, ToolRequest, harness_id, load_harness
 from whalekit.harness import Harness
+from whalekit.progress import quiet
 from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams
+from whalekit.seams import TokenizerLike
 from whalekit.types import Task, TaskView, ToolResult, Trajectory, Turn
 
 
@@ -119,8 +122,6 @@ def _derive_seed(*parts: int) -> int:
 
 
 def _stable_hash(text: str) -> int:
-    import zlib
-
     return zlib.crc32(text.encode())
 
 
@@ -244,7 +245,7 @@ def _token_cap(config: RolloutConfig, sampler: Sampler) -> int | None:
     return min(caps) if caps else None
 
 
-def _generation_request(item: _Live, tokenizer: Any, config: RolloutConfig) -> GenerationRequest | None:
+def _generation_request(item: _Live, tokenizer: TokenizerLike, config: RolloutConfig) -> GenerationRequest | None:
     """The sampler request for an episode's next turn, or None when it would overflow
     the context or its response budget is spent (the episode is then finished with that error)."""
     assert isinstance(item.request, GenerateRequest)
@@ -331,7 +332,7 @@ def _run_tools(live: list[_Live], toolbox: Any, pool: ThreadPoolExecutor) -> Non
             _after_tools(item, [f.result() for f in futures[id(item)]])
 
 
-def _prompt_ids(tokenizer: Any, request: GenerateRequest) -> list[int]:
+def _prompt_ids(tokenizer: TokenizerLike, request: GenerateRequest) -> list[int]:
     messages = [{"role": m.role, "content": m.content} for m in request.messages]
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
     if hasattr(ids, "tolist"):
@@ -374,8 +375,6 @@ BAR_FORMAT = "{desc}: {n_fmt}/{total_fmt} episodes finished [{elapsed}{postfix}]
 
 
 def _progress(total: int, config: RolloutConfig) -> Any:
-    from whalekit.progress import quiet
-
     if not config.progress or total < 2 or quiet():
         return _NoBar()
     from tqdm.auto import tqdm

@@ -10,9 +10,9 @@ real harness file, not a flag in a fixed one.
     source = apply_mechanism(h0_source, CATALOGUE[0])
 
 Shipped harnesses that are another harness plus catalogue mechanisms (the cpu preset's
-`h0_cpu`) are declared as `Composition`s in the domain's catalogue (`COMPOSITIONS`) and
-written by `python -m whalekit.compositions`; a test checks every such file equals its
-composition, so it cannot drift from the mechanisms it is made of.
+`h0_cpu`, chess `h1`) are declared as `Composition`s in the domain's catalogue
+(`COMPOSITIONS`) and written by `python -m whalekit.compositions`; a test checks every such
+file equals its composition, so it cannot drift from the mechanisms it is made of.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from whalekit.domains.base import Domain
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class Composition:
     base: str
     mechanisms: tuple[str, ...]
     purpose: str
+    harness_name: str = ""  # the file's Harness `name`, its class named after it (chess-h1: ChessH1); "" keeps base's
 
 
 def compose(source: str, mechanisms: list[Mechanism], docstring: str | None = None) -> str:
@@ -90,15 +94,26 @@ def compose(source: str, mechanisms: list[Mechanism], docstring: str | None = No
     if docstring is None:
         return source
     tree = ast.parse(source)
-    node = ast.Expr(ast.Constant(docstring))
-    first = tree.body[0] if tree.body else None
-    has_docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
-        first.value.value, str)
-    tree.body[0:1 if has_docstring else 0] = [node]
+    tree.body = [ast.Expr(ast.Constant(docstring)), *code_body(tree)]
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
-def composed_source(domain: Any, composition: Composition) -> str:
+def code_body(tree: ast.Module) -> list[ast.stmt]:
+    """The module's statements after its docstring (all of them when it has none)."""
+    return tree.body[1:] if ast.get_docstring(tree, clean=False) is not None else tree.body
+
+
+def renamed(source: str, harness_name: str) -> str:
+    """`source` with its Harness subclass's `name` set to `harness_name` and the class named
+    after it (`chess-h1` -> `ChessH1`)."""
+    tree = ast.parse(source)
+    cls = _harness_class(tree)
+    cls.name = "".join(part[:1].upper() + part[1:] for part in harness_name.split("-"))
+    _replace_or_append(cls, "name", ast.parse(f"name = {harness_name!r}").body[0])
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+def composed_source(domain: Domain, composition: Composition) -> str:
     """The source `composition` stands for in `domain` (its catalogue and harnesses)."""
     catalogue = {m.name: m for m in domain.mechanisms() + domain.prompt_wordings()}
     missing = [name for name in composition.mechanisms if name not in catalogue]
@@ -108,8 +123,10 @@ def composed_source(domain: Any, composition: Composition) -> str:
                  f"{', '.join(composition.mechanisms)}\n(whalekit/domains/{domain.name}/mechanisms.py), "
                  f"applied in that order by `python -m whalekit.compositions`.\nDo not edit: change the "
                  f"composition or the mechanisms and regenerate; tests/test_cpu_start.py checks it.")
-    return compose(domain.harness_source(composition.base), [catalogue[n] for n in composition.mechanisms],
-                   docstring)
+    source = domain.harness_source(composition.base)
+    if composition.harness_name:
+        source = renamed(source, composition.harness_name)
+    return compose(source, [catalogue[n] for n in composition.mechanisms], docstring)
 
 
 def _replace_or_append(cls: ast.ClassDef, name: str, node: ast.stmt) -> None:

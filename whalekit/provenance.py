@@ -21,7 +21,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from whalekit.samplers.vllm import cpu_has_native_bf16, vllm_available
+from whalekit.samplers.vllm import cpu_has_native_bf16, read_cpuinfo, vllm_available
 
 SCHEMA_VERSION = 1
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -48,9 +48,8 @@ def cpu_kind(cpuinfo: str | None = None) -> str:
     then "native bf16" (AVX512-BF16 / AMX: vLLM computes in bf16) or "AVX2, no native bf16"
     (vLLM computes in float32, several times slower). Timings are only comparable within a kind."""
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
+        cpuinfo = read_cpuinfo()
+        if cpuinfo is None:
             return "unknown"
     model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
                  "unknown CPU")

@@ -11,20 +11,29 @@ with the loss on generated tokens only, then sync the new weights to the sampler
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import logging
 import math
 import os
 import random
+import shutil
+import tempfile
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from whalekit.budget import RolloutBudget
 from whalekit.domains.base import Domain
 from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, rollout
+from whalekit.models import load_model
+from whalekit.samplers.vllm import cpu_has_native_bf16
+from whalekit.samplers.vllm_sync import shared_memory_dir
+from whalekit.seams import AdapterSampler, PolicyLike
 from whalekit.timing import phase
 from whalekit.types import Task, Trajectory
 
@@ -177,11 +186,7 @@ def bf16_supported() -> bool:
 
     if torch.cuda.is_available():
         return torch.cuda.is_bf16_supported()
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return cpu_has_native_bf16()
 
 
 def resolve_train_dtype(name: str, device_type: str, bf16_ok: bool = True) -> str:
@@ -201,9 +206,6 @@ def resolve_backend(requested: str, lora: bool, cuda: bool) -> str:
     _check_choice("backend", requested, BACKENDS)
     if requested == "peft" or not lora:  # unsloth accelerates the LoRA path only
         return "peft"
-    import importlib
-    import importlib.util
-
     why = None
     try:
         installed = importlib.util.find_spec("unsloth") is not None
@@ -239,11 +241,9 @@ def _unsloth_lora(path: Path, dtype: str, config: RSFTConfig) -> Any:
 
 
 class RSFTTrainer:
-    def __init__(self, policy: Any, domain: Domain, train_tasks: list[Task], config: RSFTConfig,
+    def __init__(self, policy: PolicyLike, domain: Domain, train_tasks: list[Task], config: RSFTConfig,
                  budget: RolloutBudget, device: str | None = None):
         import torch
-
-        from whalekit.models import load_model
 
         if not train_tasks:
             raise ValueError("RSFT needs at least one training task")
@@ -424,19 +424,14 @@ class RSFTTrainer:
     def _sync_adapter(self) -> None:
         """Save the PEFT adapter (a few MB) to shared memory and hand it to the sampler; the
         previous adapter's folder goes once the sampler holds the new one in memory."""
-        import shutil
-        import tempfile
-        import weakref
-
-        from whalekit.samplers.vllm_sync import shared_memory_dir
-
-        if self.config.lora_r > self.sampler.lora_rank:
+        sampler = cast(AdapterSampler, self.sampler)  # _syncs_adapters: it takes adapters
+        if self.config.lora_r > sampler.lora_rank:
             raise ValueError(f"rsft.lora_r {self.config.lora_r} exceeds the sampler's lora_rank "
-                             f"{self.sampler.lora_rank}: raise vllm_options.lora_rank")
+                             f"{sampler.lora_rank}: raise vllm_options.lora_rank")
         folder = Path(tempfile.mkdtemp(prefix="whalekit-adapter-", dir=shared_memory_dir()))
         cleanup = weakref.finalize(self, shutil.rmtree, folder, True)  # at the latest with the trainer
         self.model.save_pretrained(folder)
-        self.sampler.load_lora_adapter(folder)
+        sampler.load_lora_adapter(folder)
         if self._adapter_cleanup is not None:
             self._adapter_cleanup()  # the sampler holds the new adapter in memory: the previous folder goes now
         self._adapter_dir, self._adapter_cleanup = folder, cleanup
@@ -445,8 +440,6 @@ class RSFTTrainer:
     def save_checkpoint(self, directory: Path) -> None:
         """Weights (PEFT adapter or HF model), optimiser, scheduler and data position,
         written to a temporary folder and renamed, so a kill never leaves half a checkpoint."""
-        import shutil
-
         import torch
 
         directory = Path(directory)

@@ -29,7 +29,9 @@ from whalekit.budget import RolloutBudget
 from whalekit.domains.base import Domain
 from whalekit.engine import Episode, RolloutConfig, rollout
 from whalekit.isolation import IsolatedHarness, IsolationLimits, validate_candidate
+from whalekit.proposers.prototype import Prototyper
 from whalekit.samplers.base import Sampler
+from whalekit.seams import ProposerLike
 from whalekit.timing import phase
 from whalekit.types import Task
 
@@ -80,7 +82,7 @@ def evaluate_candidates(domain: Domain, archive: Archive, candidate_ids: list[st
     if not candidate_ids:
         return {}
     budget.charge(len(candidate_ids) * len(tasks), BUDGET_PHASE)
-    runtimes: dict[str, Any] = {}
+    runtimes: dict[str, IsolatedHarness] = {}
     try:
         for cid in candidate_ids:
             source = archive.source(cid)
@@ -115,7 +117,7 @@ def _to_rescore(archive: Archive, weights_version: int, top: int) -> list[str]:
     return [cid for cid in unique if weights_version not in archive.entry(cid).scores]
 
 
-def _give_prototyper(proposer: Any, domain: Domain, sampler: Sampler, search_tasks: list[Task],
+def _give_prototyper(proposer: ProposerLike, domain: Domain, sampler: Sampler, search_tasks: list[Task],
                      budget: RolloutBudget, archive: Archive, config: SearchConfig, weights_version: int,
                      seed: int) -> None:
     """LLM proposers get a prototyping tool where the domain allows it (the authors' proposers
@@ -125,16 +127,14 @@ def _give_prototyper(proposer: Any, domain: Domain, sampler: Sampler, search_tas
     target = getattr(proposer, "inner", proposer)
     if not hasattr(target, "prototyper") or not getattr(domain, "proposer_prototyping", True):
         return  # chess: the authors' proposer cannot run code, so whalekit's gets no prototype tool
-    from whalekit.proposers.prototype import Prototyper
-
     target.prototyper = Prototyper(domain, sampler, search_tasks, budget, archive.root, weights_version, seed,
                                    config.limits(), temperature=config.temperature, top_p=config.top_p,
                                    top_k=config.top_k, max_context_tokens=config.max_context_tokens)
 
 
-def run_search_stage(domain: Domain, archive: Archive, proposer: Any, sampler: Sampler, search_tasks: list[Task],
-                     budget: RolloutBudget, config: SearchConfig, weights_version: int, seed: int, step: int = 0,
-                     on_iteration: Callable[[dict[str, Any]], None] | None = None) -> str:
+def run_search_stage(domain: Domain, archive: Archive, proposer: ProposerLike, sampler: Sampler,
+                     search_tasks: list[Task], budget: RolloutBudget, config: SearchConfig, weights_version: int,
+                     seed: int, step: int = 0, on_iteration: Callable[[dict[str, Any]], None] | None = None) -> str:
     """Run (or resume) one search stage; return the accepted harness id at `weights_version`.
 
     Candidates that fail validation or crash are recorded and the stage goes on; a

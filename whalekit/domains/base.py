@@ -131,7 +131,7 @@ class Domain(ABC):
 
     def compositions(self) -> list[Any]:
         """Shipped harnesses that are another plus catalogue mechanisms
-        (whalekit.mechanisms.Composition; e.g. the cpu preset's h0_cpu)."""
+        (whalekit.mechanisms.Composition; e.g. the cpu preset's h0_cpu, chess h1)."""
         return self._catalogue("COMPOSITIONS")
 
     def _catalogue(self, name: str) -> list[Any]:

@@ -19,6 +19,7 @@ with the reason, so the model can fix a candidate in the same session.
 from __future__ import annotations
 
 import json
+import os
 import time
 from abc import abstractmethod
 from collections.abc import Callable
@@ -37,6 +38,8 @@ from whalekit.proposers.runview import RunView
 if TYPE_CHECKING:
     from whalekit.archive import Archive
     from whalekit.budget import RolloutBudget
+    from whalekit.domains.base import Domain
+    from whalekit.proposers.prototype import Prototyper
 
 
 @dataclass
@@ -123,7 +126,7 @@ def tool_specs(prototype: bool) -> list[dict[str, Any]]:
     return [t for t in TOOLS if prototype or t["name"] != "prototype"]
 
 
-def system_prompt(domain: Any, n: int, rules: DomainRules | None = None, prototype: bool = False,
+def system_prompt(domain: Domain, n: int, rules: DomainRules | None = None, prototype: bool = False,
                   require_prototype: bool = False) -> str:
     rules = rules or rules_for(domain)
     mechanisms = ", ".join(getattr(m, "name", str(m)) for m in domain.mechanisms()) if \
@@ -301,8 +304,8 @@ class AgentProposer(Proposer):
     set `prototyper` (a `whalekit.proposers.prototype.Prototyper`) before each session; the
     run view then shows only its search tasks' records."""
 
-    def __init__(self, domain: Any, config: AgentConfig, ledger: Ledger | None = None,
-                 prototyper: Any = None, search_task_ids: set[str] | None = None):
+    def __init__(self, domain: Domain, config: AgentConfig, ledger: Ledger | None = None,
+                 prototyper: Prototyper | None = None, search_task_ids: set[str] | None = None):
         self.domain, self.config, self.ledger = domain, config, ledger
         self.prototyper = prototyper
         self.search_task_ids = search_task_ids
@@ -343,6 +346,26 @@ class AgentProposer(Proposer):
         else:
             return session.finish("max_turns" if len(session.written) < session.n else None)
         return session.finish()
+
+
+class HostedAgentProposer(AgentProposer):
+    """An agent proposer whose model sits behind an API: an API key and an endpoint, each
+    given as an argument or else read from the environment (`key_variable`, `url_variable`)."""
+
+    default_model = ""  # the model when no config is given
+    key_variable = ""  # the environment variable holding the API key
+    url_variable = ""  # the environment variable holding the endpoint (unset: the SDK's default)
+
+    def __init__(self, domain: Domain, config: AgentConfig | None = None, api_key: str | None = None,
+                 base_url: str | None = None, ledger: Ledger | None = None):
+        super().__init__(domain, config or AgentConfig(model=self.default_model), ledger)
+        self.api_key, self.base_url = api_key, base_url
+
+    def key(self) -> str | None:
+        return self.api_key or os.environ.get(self.key_variable)
+
+    def endpoint(self) -> str | None:
+        return self.base_url or os.environ.get(self.url_variable)
 
 
 def transcript(ledger: Ledger, proposer: str | None = None, call: int | None = None) -> list[str]:

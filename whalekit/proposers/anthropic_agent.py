@@ -12,33 +12,27 @@ assistant's blocks (thinking included) verbatim in the conversation as the API r
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from whalekit.proposers.agent_loop import AgentConfig, AgentProposer, AssistantTurn, ToolUse
+from whalekit.proposers.agent_loop import AgentConfig, AssistantTurn, HostedAgentProposer, ToolUse
 from whalekit.proposers.base import ProposerError
-from whalekit.proposers.ledger import Ledger
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 
 
-class AnthropicProposer(AgentProposer):
+class AnthropicProposer(HostedAgentProposer):
     name = "anthropic"
-
-    def __init__(self, domain: Any, config: AgentConfig | None = None, api_key: str | None = None,
-                 base_url: str | None = None, ledger: Ledger | None = None):
-        super().__init__(domain, config or AgentConfig(model=DEFAULT_MODEL), ledger)
-        self.api_key, self.base_url = api_key, base_url
+    default_model, key_variable, url_variable = DEFAULT_MODEL, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"
 
     def _backend(self) -> _MessagesBackend:
-        key = self.api_key or os.environ.get("ANTHROPIC_API_KEY")
+        key = self.key()
         if not key:
             raise ProposerError("the anthropic proposer needs an API key: set ANTHROPIC_API_KEY or pass "
                                 "api_key=...; for an offline search use the reflective proposer")
         import anthropic
 
-        client = anthropic.Anthropic(api_key=key, base_url=self.base_url or os.environ.get("ANTHROPIC_BASE_URL"),
-                                     max_retries=self.config.max_retries, timeout=self.config.timeout_s)
+        client = anthropic.Anthropic(api_key=key, base_url=self.endpoint(), max_retries=self.config.max_retries,
+                                     timeout=self.config.timeout_s)
         return _MessagesBackend(client, self.config)
 
 

@@ -18,31 +18,33 @@ API) works as well as the Anthropic API.
 from __future__ import annotations
 
 import asyncio
-import os
 import tempfile
 import threading
 from typing import TYPE_CHECKING, Any
 
-from whalekit.proposers.agent_loop import AgentConfig, AgentProposer, AssistantTurn, Session, ToolUse
+from whalekit.proposers.agent_loop import AgentConfig, AssistantTurn, HostedAgentProposer, Session, ToolUse
 from whalekit.proposers.base import Candidate, ProposerError
 from whalekit.proposers.ledger import Ledger
 
 if TYPE_CHECKING:
     from whalekit.archive import Archive
     from whalekit.budget import RolloutBudget
+    from whalekit.domains.base import Domain
 
 DEFAULT_MODEL = "claude-opus-4-7"
 SERVER = "whalekit"
 
 
-class ClaudeCodeProposer(AgentProposer):
+class ClaudeCodeProposer(HostedAgentProposer):
     name = "claude-code"
 
-    def __init__(self, domain: Any, config: AgentConfig | None = None, api_key: str | None = None,
+    default_model, key_variable, url_variable = DEFAULT_MODEL, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"
+
+    def __init__(self, domain: Domain, config: AgentConfig | None = None, api_key: str | None = None,
                  base_url: str | None = None, ledger: Ledger | None = None, cli_path: str | None = None,
                  env: dict[str, str] | None = None):
-        super().__init__(domain, config or AgentConfig(model=DEFAULT_MODEL), ledger)
-        self.api_key, self.base_url, self.cli_path = api_key, base_url, cli_path
+        super().__init__(domain, config, api_key, base_url, ledger)
+        self.cli_path = cli_path
         self.env = dict(env or {})  # extra environment for the CLI (e.g. HOME or CLAUDE_CONFIG_DIR in tests)
 
     def _backend(self) -> Any:  # the CLI runs its own loop; see propose()
@@ -112,10 +114,10 @@ class ClaudeCodeProposer(AgentProposer):
         allowed = [f"mcp__{SERVER}__{spec['name']}" for spec in specs]
         env = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
                "DISABLE_AUTOUPDATER": "1", **self.env}
-        key = self.api_key or os.environ.get("ANTHROPIC_API_KEY")
+        key = self.key()
         if key:
             env["ANTHROPIC_API_KEY"] = key
-        base_url = self.base_url or os.environ.get("ANTHROPIC_BASE_URL")
+        base_url = self.endpoint()
         if base_url:
             env["ANTHROPIC_BASE_URL"] = base_url
         spent = session.ledger.totals().get(self.name, {}).get("cost_usd") or 0.0

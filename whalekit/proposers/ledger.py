@@ -21,6 +21,7 @@ from typing import Any
 
 from whalekit.archive import Archive, archive_folders
 from whalekit.runs import read_jsonl_records
+from whalekit.seams import ArchiveLike
 
 SCHEMA_VERSION = 1
 
@@ -51,7 +52,7 @@ class Ledger:
         self.path = Path(path)
 
     @classmethod
-    def for_archive(cls, archive: Any) -> Ledger:
+    def for_archive(cls, archive: ArchiveLike) -> Ledger:
         return cls(Path(archive.root) / "proposer_ledger.jsonl")
 
     def record(self, proposer: str, call: int, kind: str, **data: Any) -> None:
@@ -112,7 +113,7 @@ class Ledger:
         return "\n".join(lines)
 
 
-def accepted_harnesses(archive: Any) -> dict[int, list[str]]:
+def accepted_harnesses(archive: ArchiveLike) -> dict[int, list[str]]:
     """Per weights version, the candidates that became the accepted harness when they were
     scored: in arrival order, each one that beat every score before it (ties go to the
     earlier, as in the archive's leaderboard). The seed is the starting point, not counted."""
@@ -133,7 +134,7 @@ def accepted_harnesses(archive: Any) -> dict[int, list[str]]:
     return out
 
 
-def search_gain(archive: Any) -> tuple[int, float, float] | None:
+def search_gain(archive: ArchiveLike) -> tuple[int, float, float] | None:
     """(weights version, seed score, best score) at the newest version where the seed was scored."""
     seed = archive.entry(archive.seed_id())
     for version in sorted(seed.scores, reverse=True):
@@ -182,7 +183,7 @@ def cost_summary(archive: Any, ledger: Ledger | None = None) -> dict[str, dict[s
     return out
 
 
-def cost_report(archive: Any, ledger: Ledger | None = None) -> str:
+def cost_report(archive: ArchiveLike, ledger: Ledger | None = None) -> str:
     """The proposer's cost beside what it bought, as `whalekit report` prints it."""
     summary = cost_summary(archive, ledger)
     if not summary:

@@ -14,34 +14,28 @@ the SDK's (`max_retries`).
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
-from whalekit.proposers.agent_loop import AgentConfig, AgentProposer, AssistantTurn, ToolUse
+from whalekit.proposers.agent_loop import AgentConfig, AssistantTurn, HostedAgentProposer, ToolUse
 from whalekit.proposers.base import ProposerError
-from whalekit.proposers.ledger import Ledger
 
 DEFAULT_MODEL = "gpt-4o"
 
 
-class OpenAIProposer(AgentProposer):
+class OpenAIProposer(HostedAgentProposer):
     name = "openai"
-
-    def __init__(self, domain: Any, config: AgentConfig | None = None, api_key: str | None = None,
-                 base_url: str | None = None, ledger: Ledger | None = None):
-        super().__init__(domain, config or AgentConfig(model=DEFAULT_MODEL), ledger)
-        self.api_key, self.base_url = api_key, base_url
+    default_model, key_variable, url_variable = DEFAULT_MODEL, "OPENAI_API_KEY", "OPENAI_BASE_URL"
 
     def _backend(self) -> _ChatBackend:
-        key = self.api_key or os.environ.get("OPENAI_API_KEY")
+        key = self.key()
         if not key:
             raise ProposerError("the openai proposer needs an API key: set OPENAI_API_KEY or pass api_key=... "
                                 "(any string, e.g. 'EMPTY', for a local vLLM server); for an offline search use "
                                 "the reflective proposer")
         import openai
 
-        client = openai.OpenAI(api_key=key, base_url=self.base_url or os.environ.get("OPENAI_BASE_URL"),
-                               max_retries=self.config.max_retries, timeout=self.config.timeout_s)
+        client = openai.OpenAI(api_key=key, base_url=self.endpoint(), max_retries=self.config.max_retries,
+                               timeout=self.config.timeout_s)
         return _ChatBackend(client, self.config)
 
 

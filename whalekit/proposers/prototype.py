@@ -23,11 +23,13 @@ from typing import Any
 
 from whalekit.archive import archive_folders
 from whalekit.budget import RolloutBudget
+from whalekit.domains.base import Domain
 from whalekit.engine import Episode, RolloutConfig, rollout
 from whalekit.episode import harness_id
 from whalekit.isolation import IsolatedHarness, IsolationLimits, validate_source
 from whalekit.proposers.runview import PROTOTYPES_DIR, render_trajectory
 from whalekit.runs import atomic_write
+from whalekit.samplers.base import Sampler
 from whalekit.types import Task, Trajectory
 
 BUDGET_PHASE = "prototype"
@@ -65,7 +67,7 @@ class PrototypeRun:
 class Prototyper:
     """A callable the agent loop receives: `prototype(source, n, task_ids=None) -> PrototypeRun`."""
 
-    def __init__(self, domain: Any, sampler: Any, tasks: list[Task], budget: RolloutBudget,
+    def __init__(self, domain: Domain, sampler: Sampler, tasks: list[Task], budget: RolloutBudget,
                  archive_root: str | Path, weights_version: int = 0, seed: int = 0,
                  limits: IsolationLimits | None = None, max_problems: int = 8, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = 20, max_context_tokens: int = 4096):

@@ -15,6 +15,7 @@ from whalekit.domains.base import Domain
 from whalekit.proposers.agent_loop import AgentConfig
 from whalekit.proposers.anthropic_agent import DEFAULT_MODEL as ANTHROPIC_MODEL
 from whalekit.proposers.anthropic_agent import AnthropicProposer
+from whalekit.proposers.base import Proposer
 from whalekit.proposers.claude_code import DEFAULT_MODEL as CLAUDE_CODE_MODEL
 from whalekit.proposers.claude_code import ClaudeCodeProposer
 from whalekit.proposers.ledger import Ledger
@@ -26,21 +27,21 @@ from whalekit.proposers.reflective import ReflectiveProposer
 CONNECTION_OPTIONS = ("api_key", "base_url", "cli_path", "env")
 
 # (domain, archive, seed, options, prompt_only, initial_source: the run's starting harness)
-ProposerFactory = Callable[[Domain, Archive, int, dict[str, Any], bool, "str | None"], Any]
+ProposerFactory = Callable[[Domain, Archive, int, dict[str, Any], bool, "str | None"], Proposer]
 
 
 def _reflective(domain: Domain, archive: Archive, seed: int, options: dict[str, Any], prompt_only: bool,
-                initial_source: str | None = None) -> Any:
+                initial_source: str | None = None) -> Proposer:
     catalogue = prompt_only_catalogue(domain, initial_source) if prompt_only else domain.mechanisms()
     return ReflectiveProposer(catalogue, seed=seed, **options)
 
 
-def _agent(build: Callable[[Domain, dict[str, Any], Ledger, dict[str, Any]], Any]) -> ProposerFactory:
+def _agent(build: Callable[[Domain, dict[str, Any], Ledger, dict[str, Any]], Proposer]) -> ProposerFactory:
     """An LLM agent's factory: the connection options go to the client, the rest to its
     AgentConfig; its calls are charged to the archive's ledger."""
 
     def factory(domain: Domain, archive: Archive, seed: int, options: dict[str, Any], prompt_only: bool,
-                initial_source: str | None = None) -> Any:
+                initial_source: str | None = None) -> Proposer:
         options = dict(options)
         connection = {k: options.pop(k) for k in CONNECTION_OPTIONS if k in options}
         return build(domain, options, Ledger.for_archive(archive), connection)
@@ -60,8 +61,8 @@ PROPOSERS: dict[str, ProposerFactory] = {
 }
 
 
-def make_proposer(name: str, domain: Domain, archive: Any, seed: int, options: dict[str, Any],
-                  prompt_only: bool = False, initial_source: str | None = None) -> Any:
+def make_proposer(name: str, domain: Domain, archive: Archive, seed: int, options: dict[str, Any],
+                  prompt_only: bool = False, initial_source: str | None = None) -> Proposer:
     """The proposer called `name` (see PROPOSERS), with options from the preset;
     `prompt_only` wraps it in the FST restriction (text-only edits of `initial_source`, the
     run's starting harness; the domain's h0 when None)."""

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from whalekit.seams import TokenizerLike
+
 
 @dataclass
 class SamplingParams:
@@ -82,7 +84,8 @@ class Sampler(ABC):
         pass
 
 
-def cut_completion(token_ids: list[int], request: GenerationRequest, eos_ids: set[int], tokenizer: Any) -> Completion:
+def cut_completion(token_ids: list[int], request: GenerationRequest, eos_ids: set[int],
+                   tokenizer: TokenizerLike) -> Completion:
     """Cut raw sampled ids at the first EOS, the first completed stop string, or the
     request's token limit, whichever comes first, keeping the ids exactly as sampled."""
     ids = list(token_ids[: request.max_new_tokens])
@@ -108,7 +111,7 @@ class ChoiceTrie:
 
     END = -1
 
-    def __init__(self, choices: list[str], tokenizer: Any, eos_id: int):
+    def __init__(self, choices: list[str], tokenizer: TokenizerLike, eos_id: int):
         self.eos_id = eos_id
         self.root: dict[int, Any] = {}
         for choice in choices:

@@ -299,14 +299,22 @@ class VLLMSampler(Sampler):
         gc.collect()
 
 
+def read_cpuinfo() -> str | None:
+    """The text of /proc/cpuinfo; None where there is none (not Linux). The one reader of it:
+    the sampler's dtype, the trainer's and the provenance's CPU kind all go through here."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+
+
 def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     """True when the CPU computes bf16 in hardware (AVX512-BF16 or AMX-BF16). Without it,
     bf16 matmuls are emulated: measured on this project's AVX2 EPYC machines, vLLM generates
     47 tok/s in bf16 against 167 tok/s in float32 (SmolLM2-135M, 64 prompts x 64 tokens)."""
     if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
+        cpuinfo = read_cpuinfo()
+        if cpuinfo is None:
             return False
     flags = set()
     for line in cpuinfo.splitlines():

@@ -241,4 +241,12 @@ COMPOSITIONS: list[Composition] = [
                 purpose="Chess h0_cpu: the cpu preset's starting harness, the authors' h0 plus declared protocol "
                         "scaffolding\nfor a 135M model (the reply constrained to one listed legal move in the "
                         "answer tag)."),
+    # h1: three mechanisms that matter for a small model (the calibration's better harness).
+    Composition(name="h1", base="h0", mechanisms=("compact_legal_moves", "legal_move_choice", "compact_history"),
+                harness_name="chess-h1",
+                purpose="Chess h1: h0 with three catalogue mechanisms that matter for a small model:\n"
+                        "compact_legal_moves (one line of bracketed UCI moves), legal_move_choice (the reply is\n"
+                        "constrained to one listed legal move in the answer tag, so format and legality are\n"
+                        "certain and only the choice is the model's) and compact_history (only the current\n"
+                        "observation is shown, without earlier replies). No chess knowledge, no move ranking."),
 ]
