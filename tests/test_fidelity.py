@@ -117,16 +117,16 @@ def test_every_keyed_row_equals_the_presets_and_the_code_defaults(fake_data):
 
 
 def test_the_check_fails_when_a_preset_value_changes_without_the_table(fake_data, monkeypatch):
-    import whalekit.whale as whale
+    import whalekit.config as config_module
 
-    original = whale.load_preset
+    original = config_module.load_preset
 
     def changed(name: str) -> dict[str, Any]:
         data = original(name)
         data["rsft"] = {**data["rsft"], "top_k": 0}
         return data
 
-    monkeypatch.setattr(whale, "load_preset", changed)
+    monkeypatch.setattr(config_module, "load_preset", changed)
     with pytest.raises(AssertionError, match="rsft.top_k"):
         test_every_keyed_row_equals_the_presets_and_the_code_defaults(None)
 
@@ -173,9 +173,9 @@ def test_the_numbers_the_rationale_derives_from_the_presets_are_current(fake_dat
 
 
 def test_the_derived_number_check_fails_when_a_preset_is_resized_without_the_text(fake_data, monkeypatch):
-    import whalekit.whale as whale
+    import whalekit.config as config_module
 
-    original = whale.load_preset
+    original = config_module.load_preset
 
     def resized(name: str) -> dict[str, Any]:
         data = original(name)
@@ -183,6 +183,6 @@ def test_the_derived_number_check_fails_when_a_preset_is_resized_without_the_tex
             data["domains"]["math"] = {**data["domains"]["math"], "n_train": 40}
         return data
 
-    monkeypatch.setattr(whale, "load_preset", resized)
+    monkeypatch.setattr(config_module, "load_preset", resized)
     with pytest.raises(AssertionError, match="stale"):
         test_the_numbers_the_rationale_derives_from_the_presets_are_current(None)

@@ -45,23 +45,16 @@ LAYERS: dict[str, int] = {
     "whalekit.tracking": 2, "whalekit.compositions": 2,
     # 3: the driver and its phases
     "whalekit.rsft": 3, "whalekit.search": 3, "whalekit.schedules": 3, "whalekit.whale": 3, "whalekit.config": 3,
+    "whalekit.evaluation": 3, "whalekit.budget_accounting": 3, "whalekit.stage_scheduling": 3,
     # 4: front ends: figures, tables, the viewer, the command line, the reproduction
     "whalekit.tables": 4, "whalekit.plots": 4, "whalekit.widgets": 4, "whalekit.viewer": 4, "whalekit.cli": 4,
     "whalekit.cli_config": 4, "whalekit.cli_harness": 4, "whalekit.reproduce": 4, "whalekit.calibration": 4,
     "whalekit.run_set": 4, "whalekit.verdicts": 4,
 }
 
-# In-function imports in the module owned by other work in flight (issue #29's driver split:
-# whale.py), each guarding no heavy dependency. This list
-# only shrinks: an entry whose import is gone fails the test until it is removed here.
-PENDING_IN_FUNCTION = frozenset({
-    ("whalekit.whale", "whalekit.archive"), ("whalekit.whale", "whalekit.backends"),
-    ("whalekit.whale", "whalekit.isolation"), ("whalekit.whale", "whalekit.models"),
-    ("whalekit.whale", "whalekit.progress"), ("whalekit.whale", "whalekit.proposers.prototype"),
-    ("whalekit.whale", "whalekit.provenance"), ("whalekit.whale", "whalekit.rsft"),
-    ("whalekit.whale", "whalekit.sandbox"), ("whalekit.whale", "whalekit.search"),
-    ("whalekit.whale", "whalekit.tracking"),
-})
+# In-function imports that guard no heavy dependency, left by work in flight: none remain.
+# This list only shrinks: an entry whose import is gone fails the test until it is removed here.
+PENDING_IN_FUNCTION: frozenset[tuple[str, str]] = frozenset()
 # Private names used across modules, likewise owned elsewhere (engine.py): only shrinks.
 PENDING_PRIVATE = frozenset({("whalekit.backends.ray_backend", "whalekit.engine._progress")})
 

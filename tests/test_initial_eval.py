@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import whalekit.evaluation as evaluation
 import whalekit.whale as whale
 from whalekit.initial_eval import STORE, InitialEvalStore
 from whalekit.models import load_policy
@@ -23,13 +24,13 @@ def _config(root: Path, method: str, **overrides):
 def evaluated(monkeypatch):
     """The evaluation indices each run computed (not copied), in order."""
     made: list[tuple[int, int]] = []
-    real = whale.evaluate_test
+    real = evaluation.evaluate_test
 
     def counting(domain, harness, sampler, tasks, k, temperature, seed, index, *args, **kwargs):
         made.append((index, k))
         return real(domain, harness, sampler, tasks, k, temperature, seed, index, *args, **kwargs)
 
-    monkeypatch.setattr(whale, "evaluate_test", counting)
+    monkeypatch.setattr(evaluation, "evaluate_test", counting)
     return made
 
 

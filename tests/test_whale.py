@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import whalekit.evaluation as evaluation
 import whalekit.whale as whale
 from whalekit.models import load_policy
 from whalekit.runs import RunDir, without_timings
@@ -65,7 +66,7 @@ def ledger(monkeypatch):
         entries.append(("charge", phase, n))
 
     monkeypatch.setattr(budget_module.RolloutBudget, "charge", recorded_charge)
-    for module, caller in ((rsft, "rsft"), (search, "search"), (whale, "test")):
+    for module, caller in ((rsft, "rsft"), (search, "search"), (evaluation, "test")):
         def recorded_rollout(*args, _original=module.rollout, _caller=caller, **kwargs):
             trajectories = _original(*args, **kwargs)
             entries.append(("sampled", _caller, len(trajectories)))
@@ -223,7 +224,7 @@ def test_test_tasks_never_reach_training_search_or_the_proposer(tmp_path, monkey
 
 def test_adaptive_switching_never_depends_on_test_scores(tmp_path, monkeypatch):
     first = run_method(_config(tmp_path / "a", "adaptive"), policy=load_policy("tiny-random"))
-    original = whale.evaluate_test
+    original = evaluation.evaluate_test
 
     def flipped(*args, **kwargs):
         trajectories = original(*args, **kwargs)
@@ -231,7 +232,7 @@ def test_adaptive_switching_never_depends_on_test_scores(tmp_path, monkeypatch):
             t.correct, t.reward = not t.correct, 1.0 - t.reward
         return trajectories
 
-    monkeypatch.setattr(whale, "evaluate_test", flipped)
+    monkeypatch.setattr(evaluation, "evaluate_test", flipped)
     second = run_method(_config(tmp_path / "b", "adaptive"), policy=load_policy("tiny-random"))
     training = lambda run: [e for e in without_timings(run.events()) if e["event"] not in ("test_eval", "run_end")]
     assert training(first) == training(second)

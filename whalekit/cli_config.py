@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from whalekit.whale import RunConfig, resolve_config
+from whalekit.config import RunConfig, resolve_config
 
 
 class CLIError(Exception):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whalekit.config import check_not_stale, resolve_config
 from whalekit.methods import METHOD_NAMES
 from whalekit.presets import load_preset
 from whalekit.progress import OverallProgress, RunWatcher
@@ -41,7 +42,6 @@ from whalekit.run_set import Deadline, PlannedRun, Records
 from whalekit.runs import NoRunsError, RunDir
 from whalekit.schedules import parse_schedule
 from whalekit.shutdown import exit_on_sigterm
-from whalekit.whale import check_not_stale, resolve_config
 from whalekit.widgets import HEADLESS_ENV
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"

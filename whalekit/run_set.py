@@ -8,7 +8,7 @@ must know what earlier chunks recorded (a run whose record matches its configura
 the code that makes it is skipped), and a reader must see where the set stands.
 
 A record counts for a planned run when its configuration equals the run's (the same rule
-that keeps a finished run from passing as another configuration's, `whale.config_changes`)
+that keeps a finished run from passing as another configuration's, `config.config_changes`)
 and it was made by the same package source (`provenance.source_sha256`): a record of other
 code is "other code" and is made again at the set's code, never mixed in silently.
 
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whalekit.config import RunConfig, config_changes
 from whalekit.progress import format_duration
 from whalekit.provenance import cpu_kind, git_commit, git_tag, source_sha256
 from whalekit.runs import RunDir, atomic_write
-from whalekit.whale import RunConfig, config_changes
 
 RECORDED, LEFT, OTHER_CODE, OTHER_CONFIG = "recorded", "left", "other code", "other configuration"
 TIER_TITLES = {

@@ -1,0 +1,114 @@
+"""Test evaluation: mean@k over the test split with the current weights and accepted harness,
+charged to no budget, and the driver's evaluation step (the initial one shared across the
+methods of a (domain, seed) through whalekit.initial_eval).
+
+    trajectories = evaluate_test(domain, harness, sampler, tasks, k=8, temperature=1.0, seed=0, index=0)
+    metrics = mean_at_k(trajectories, domain)     # {"mean_at_k", "by_subset", "behaviour"}
+
+Test tasks only ever go to `evaluate_test`, which charges nothing and writes nowhere a
+proposer, trainer or schedule reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from whalekit.config import RunConfig
+from whalekit.domains.base import Domain
+from whalekit.engine import Episode, RolloutConfig, rollout
+from whalekit.initial_eval import InitialEvalStore, initial_eval_key
+from whalekit.provenance import cpu_kind, resolved_sampler, source_sha256
+from whalekit.run_state import RunState
+from whalekit.runs import RunDir
+from whalekit.timing import phase
+from whalekit.types import Task, Trajectory
+
+
+def mean_at_k(trajectories: list[Trajectory], domain: Domain) -> dict[str, Any]:
+    """Test metrics of one evaluation: mean accuracy over k samples per problem, per
+    sub-dataset, and the mean of every numeric behaviour flag."""
+    by_subset: dict[str, list[float]] = {}
+    flags: dict[str, list[float]] = {}
+    for t in trajectories:
+        by_subset.setdefault(t.subset, []).append(float(t.correct))
+        for key, value in t.flags.items():
+            if isinstance(value, (bool, int, float)) and value is not None:
+                flags.setdefault(key, []).append(float(value))
+    mean = sum(float(t.correct) for t in trajectories) / max(1, len(trajectories))
+    return {"mean_at_k": mean, "by_subset": {k: sum(v) / len(v) for k, v in sorted(by_subset.items())},
+            "behaviour": {k: sum(v) / len(v) for k, v in sorted(flags.items())}}
+
+
+def evaluate_test(domain: Domain, harness: Any, sampler: Any, tasks: list[Task], k: int, temperature: float,
+                  seed: int, index: int, top_p: float = 1.0, top_k: int = 20) -> list[Trajectory]:
+    """k rollouts per test task with the current weights and accepted harness; never charged."""
+    episodes = [Episode(task, harness, i) for task in tasks for i in range(k)]
+    return rollout(domain, episodes, sampler, RolloutConfig(temperature=temperature, top_p=top_p, top_k=top_k,
+                                                            seed=seed + 7_777_777, step=index,
+                                                            description=f"test eval {index}"))
+
+
+
+class Evaluator:
+    """One run's test evaluations, `eval-000` (initial) onwards: each logs a `test_eval`
+    event and counts in `state.evaluations`."""
+
+    def __init__(self, config: RunConfig, run: RunDir, domain: Domain, tasks: list[Task], sampler: Any,
+                 seed_id: str, shares_initial_eval: bool):
+        self.config = config
+        self.run = run
+        self.domain = domain
+        self.tasks = tasks  # the test split
+        self.sampler = sampler
+        self.seed_id = seed_id  # the starting harness
+        self.shares_initial_eval = shares_initial_eval
+        self._initial_inputs: dict[str, Any] = {}
+
+    def samples(self, reason: str) -> int:
+        """Samples per test problem: eval_k for the initial and the final evaluation (the
+        table's numbers), eval_k_intermediate (when set) for those between."""
+        if reason in ("initial", "final") or self.config.eval_k_intermediate is None:
+            return self.config.eval_k
+        return self.config.eval_k_intermediate
+
+    def initial_eval_store(self) -> InitialEvalStore | None:
+        """Where this run's initial evaluation is shared with the other methods of its
+        (domain, seed), or None when it is not shared (see whalekit.initial_eval)."""
+        if not self.shares_initial_eval:
+            return None
+        c = self.config
+        self._initial_inputs = {
+            "domain": c.domain, "domain_options": c.domain_options, "split_options": c.split_options,
+            "n_test": c.n_test, "seed": c.seed, "harness_id": self.seed_id, "model": c.model,
+            "sampler": resolved_sampler(c.sampler, self.sampler), "vllm_options": c.vllm_options, "k": c.eval_k,
+            "temperature": c.eval_temperature, "top_p": c.eval_top_p, "top_k": c.eval_top_k,
+            "max_new_tokens_cap": c.max_new_tokens_cap, "max_response_tokens": c.max_response_tokens,
+            "source_sha256": source_sha256(), "cpu_kind": cpu_kind()}
+        return InitialEvalStore(Path(c.runs_root), initial_eval_key(self._initial_inputs))
+
+    def evaluate(self, state: RunState, reason: str, runtime: Callable[[str], Any], rollouts: int) -> None:
+        """Evaluate the accepted harness (`runtime(state.accepted_id)`) at `rollouts` spent;
+        the initial evaluation is copied from the shared store when it holds it."""
+        started = time.perf_counter()
+        index, k = state.evaluations, self.samples(reason)
+        store = self.initial_eval_store() if index == 0 else None
+        if store is not None and store.load() is not None:
+            metrics = store.copy_to(self.run.root / "test" / f"eval-{index:03d}.jsonl")
+        else:
+            with phase("test_eval"):
+                trajectories = evaluate_test(self.domain, runtime(state.accepted_id), self.sampler,
+                                             self.tasks, k, self.config.eval_temperature,
+                                             self.config.seed, index, self.config.eval_top_p,
+                                             self.config.eval_top_k)
+            path = self.run.write_trajectories(f"eval-{index:03d}", trajectories)
+            metrics = mean_at_k(trajectories, self.domain)
+            if store is not None:
+                store.save(path, metrics, self._initial_inputs)
+        self.run.log("test_eval", index=index, reason=reason, rollouts=rollouts,
+                     weights_version=self.sampler.version, accepted_id=state.accepted_id, k=k,
+                     n_tasks=len(self.tasks), stages_done=len(state.history),
+                     wall_s=time.perf_counter() - started, **metrics)
+        state.evaluations = index + 1

@@ -1,0 +1,80 @@
+"""How a run's stages are chosen and closed: the next stage from the method's schedule (or,
+in weight_steps mode, the stagewise methods' two budgets), when the running one is done
+(its epochs or iterations, or the adaptive rule on its training-side signal), and the
+bookkeeping of closing it.
+
+    scheduler = StageScheduler(config, schedule, accounting, n_train=len(splits.train))
+    stage = scheduler.next_stage(state)               # Stage("weight", epochs=0.6) ...
+
+Only training-side signals reach these decisions (the per-batch training reward, the best
+search score on the search split), never a test score.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from whalekit.budget_accounting import BudgetAccounting
+from whalekit.config import RunConfig
+from whalekit.run_state import RunState
+from whalekit.schedules import Schedule, Stage, StageRecord, should_switch, window_means
+
+
+class StageScheduler:
+    """The stage rules of one run."""
+
+    def __init__(self, config: RunConfig, schedule: Schedule, accounting: BudgetAccounting, n_train: int):
+        self.config = config
+        self.schedule = schedule
+        self.accounting = accounting
+        self.n_train = n_train  # weight-training problems: an epoch's size
+
+    def next_stage(self, state: RunState) -> Stage:
+        """The stage to run after those in `state.history`."""
+        history = [StageRecord(**h) for h in state.history]
+        if self.config.budget.mode == "weight_steps" and self.config.method in ("stagewise", "stagewise_reverse"):
+            # Equal weight steps: the whole weight budget in one phase, the search's in the other.
+            weight = Stage("weight", epochs=self.schedule.epochs)
+            harness = Stage("harness", iterations=self.schedule.proposer_iterations)
+            first, second = (weight, harness) if self.config.method == "stagewise" else (harness, weight)
+            first_left = self.accounting.weight_steps_left() if first.kind == "weight" \
+                else self.accounting.search_iterations_left(state)
+            return first if first_left else second
+        return self.schedule.next_stage(history, self.accounting.budget.total)
+
+    def finished(self, state: RunState, stage: Stage) -> bool:
+        """The running stage is done: its epochs or iterations, an early stop, or the adaptive rule."""
+        if state.stage_stop:  # the search accepted a candidate at the early-stop success rate
+            return True
+        if stage.adaptive:
+            cfg = self.config.adaptive
+            if stage.kind == "harness":
+                return should_switch(state.stage_signals, cfg.min_search_iterations, cfg.search_patience,
+                                     cfg.max_search_iterations)
+            # Weight stages: the per-batch training reward, averaged over a sliding window
+            # of this stage's batches (the authors' phase-local window).
+            batches = lambda epochs: cfg.weight_batches(epochs, self.n_train,  # noqa: E731
+                                                        self.config.rsft.batch_problems)
+            signals = window_means(state.stage_signals, batches(cfg.weight_window_epochs))
+            return should_switch(signals, batches(cfg.min_weight_epochs), batches(cfg.weight_patience_epochs),
+                                 batches(cfg.max_weight_epochs))
+        if stage.kind == "weight":
+            return state.stage_problems >= round(stage.epochs * self.n_train)
+        return state.stage_steps >= stage.iterations
+
+    def close(self, state: RunState, stage: Stage, rollouts: int, budget_exhausted: bool = False) -> dict[str, Any]:
+        """Record the running stage as finished at `rollouts` spent (history, stall count) and
+        return the fields of its `stage_end` event beyond kind, index and rollouts."""
+        stage_rollouts = rollouts - state.stage_rollouts_start
+        state.history.append({"kind": stage.kind, "rollouts": stage_rollouts, "steps": state.stage_steps})
+        productive = state.stage_steps - state.stage_empty_steps
+        state.stalled = 0 if productive else state.stalled + 1
+        extra: dict[str, Any] = {}
+        if stage.kind == "harness":  # a phase whose every iteration was empty says so
+            extra = {"empty_steps": state.stage_empty_steps,
+                     "empty": bool(state.stage_steps) and not productive}
+            if state.stage_stop:
+                extra["stopped"] = state.stage_stop
+        if budget_exhausted:
+            extra["budget_exhausted"] = True
+        return {"steps": state.stage_steps, "stage_rollouts": stage_rollouts, **extra}
