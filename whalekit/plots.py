@@ -1,5 +1,6 @@
-"""The paper's figures, drawn with matplotlib from run directories (never from notebook
-outputs), so `runs/` alone reproduces every figure.
+"""The paper's figures, drawn with matplotlib from run directories or the committed
+records (whalekit.results; never from notebook outputs), so `results/` alone reproduces
+every figure.
 
 Every figure uses the same colour per method (`whalekit.methods`), labels its axes with
 units ("rollouts", "test mean@8 (%)"), is sized for a paper column (readable at 100 %),
@@ -85,13 +86,19 @@ def accuracy_label(k: int) -> str:
     return f"test mean@{k} (%)"
 
 
+# No creation date or software version in the files: the same records give the same bytes
+# (`make figures` on a fresh clone regenerates the committed figures exactly).
+SAVE_METADATA = {".png": {"Software": None}, ".pdf": {"Creator": None, "Producer": None, "CreationDate": None}}
+
+
 def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
-    """Write `stem`.png and `stem`.pdf (creating folders); returns both paths."""
+    """Write `stem`.png and `stem`.pdf (creating folders), byte for byte the same for the
+    same figure; returns both paths."""
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.parent / f"{stem.name}.png", stem.parent / f"{stem.name}.pdf"]
+    paths = [stem.parent / f"{stem.name}{kind}" for kind in SAVE_METADATA]
     for path in paths:
-        fig.savefig(path, bbox_inches="tight")
+        fig.savefig(path, bbox_inches="tight", metadata=SAVE_METADATA[path.suffix])
     return paths
 
 

@@ -1,11 +1,13 @@
 """Read finished run directories back into numbers: the paper's tables (Markdown + CSV)
 and the per-run summaries every figure in `whalekit.plots` draws from.
 
-Why here and not in the notebooks: a figure or table must be rebuilt from `runs/` alone
-(never from a notebook's outputs), and the same selection rule (which run is "the"
-WHALE run of a domain, which are the schedule-grid runs) must hold in every figure.
+Why here and not in the notebooks: a figure or table must be rebuilt from `runs/` or from
+the committed records in `results/` (whalekit.results: thin run directories, read the
+same way) alone, never from a notebook's outputs, and the same selection rule (which run
+is "the" WHALE run of a domain, which are the schedule-grid runs) must hold in every
+figure. Every set of runs read here was made by one code version (`find_runs` checks).
 
-    table = main_comparison("runs", "cpu")            # Table 2: final test mean@k (%) ± interval
+    table = main_comparison("results", "cpu")         # Table 2: final test mean@k (%) ± interval
     save_table(table, "figures/table2_main")          # -> .md and .csv
 """
 
@@ -24,6 +26,7 @@ from whalekit.domains.base import get_domain
 from whalekit.domains.chess.baselines import random_legal_move_score
 from whalekit.methods import METHOD_LABELS, METHOD_ORDER, SEARCH_METHODS
 from whalekit.presets import load_preset
+from whalekit.results import check_same_code
 from whalekit.runs import RunDir, read_jsonl_records
 from whalekit.schedules import parse_schedule
 from whalekit.stats import N_RESAMPLES, Interval, bootstrap_mean, paired_difference
@@ -199,8 +202,10 @@ def load_run(path: str | Path) -> RunSummary:
 
 
 def find_runs(runs_root: str | Path, preset: str, domain: str | None = None, method: str | None = None,
-              finished_only: bool = True) -> list[RunSummary]:
-    """Every run under runs_root/preset[/domain], optionally one method, in a stable order."""
+              finished_only: bool = True, same_code: bool = True) -> list[RunSummary]:
+    """Every run under runs_root/preset[/domain], optionally one method, in a stable order
+    (runs_root: run directories, or the committed records of whalekit.results). With
+    `same_code`, runs made by different code raise whalekit.results.MixedRecordsError."""
     base = Path(runs_root) / Path(preset).stem
     folders = sorted(base.glob(f"{domain or '*'}/*/config.json"))
     runs = []
@@ -211,6 +216,8 @@ def find_runs(runs_root: str | Path, preset: str, domain: str | None = None, met
         summary = load_run(folder)
         if method is None or summary.method == method:
             runs.append(summary)
+    if same_code:
+        check_same_code(runs)
     return sorted(runs, key=_sort_key)
 
 

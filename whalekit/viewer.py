@@ -19,6 +19,7 @@ from typing import Any
 from whalekit import widgets
 from whalekit.archive import Archive, archive_folders, archive_holding
 from whalekit.model_files import load_tokenizer, resolve_model_dir
+from whalekit.results import record_examples
 from whalekit.runs import NoRunsError, RunDir
 from whalekit.types import Trajectory
 
@@ -32,16 +33,22 @@ def find_run_dirs(runs_root: str | Path, preset: str) -> list[Path]:
 
 def run_sources(run_root: str | Path) -> dict[str, list[Trajectory]]:
     """Everything a run kept that can be browsed: each test evaluation ('test eval-000')
-    and each archive candidate's search-split evaluation ('<id> @ w<version>')."""
+    and each archive candidate's search-split evaluation ('<id> @ w<version>'); of a
+    committed record (whalekit.results), the example trajectories of its final evaluation."""
     run = RunDir(run_root)
     sources: dict[str, list[Trajectory]] = {}
-    for path in sorted((run.root / "test").glob("eval-*.jsonl")):
+    examples = record_examples(run.root)  # a committed record keeps whole trajectories only there
+    if examples is not None:
+        sources.update({f"{TEST_PREFIX}{name}": trajectories for name, trajectories in examples.items()})
+    for path in sorted((run.root / "test").glob("eval-*.jsonl")) if examples is None else []:
         sources[f"{TEST_PREFIX}{path.stem}"] = run.trajectories(path.stem)
     for folder in archive_folders(run.root / "archive"):  # one archive, or one per harness phase
         archive = Archive.open(folder, run.config()["domain"])
         for entry in archive.entries():
             for version in sorted(entry.scores):
-                sources[f"{entry.id} @ w{version}"] = archive.trajectories(entry.id, version)
+                trajectories = archive.trajectories(entry.id, version)
+                if trajectories or examples is None:  # a record keeps no archive trajectories
+                    sources[f"{entry.id} @ w{version}"] = trajectories
     return sources
 
 
