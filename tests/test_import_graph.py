@@ -39,7 +39,7 @@ LAYERS: dict[str, int] = {
     # 1: the parts: domains, samplers and models, isolation, archive, run records
     "whalekit.domains": 1, "whalekit.samplers": 1, "whalekit.model_files": 1, "whalekit.models": 1,
     "whalekit.isolation": 1, "whalekit.archive": 1, "whalekit.runs": 1, "whalekit.provenance": 1,
-    "whalekit.progress": 1, "whalekit.initial_eval": 1,
+    "whalekit.progress": 1, "whalekit.initial_eval": 1, "whalekit.results": 1,
     # 2: the machinery built on them: the engine, backends, proposers, timing and tracking
     "whalekit.engine": 2, "whalekit.backends": 2, "whalekit.proposers": 2, "whalekit.timing": 2,
     "whalekit.tracking": 2, "whalekit.compositions": 2,
@@ -49,7 +49,7 @@ LAYERS: dict[str, int] = {
     # 4: front ends: figures, tables, the viewer, the command line, the reproduction
     "whalekit.tables": 4, "whalekit.plots": 4, "whalekit.widgets": 4, "whalekit.viewer": 4, "whalekit.cli": 4,
     "whalekit.cli_config": 4, "whalekit.cli_harness": 4, "whalekit.reproduce": 4, "whalekit.calibration": 4,
-    "whalekit.run_set": 4, "whalekit.verdicts": 4,
+    "whalekit.run_set": 4, "whalekit.verdicts": 4, "whalekit.figures": 4,
 }
 
 # In-function imports that guard no heavy dependency, left by work in flight: none remain.

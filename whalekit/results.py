@@ -45,8 +45,9 @@ from whalekit.types import Trajectory
 SCHEMA_VERSION = 1
 RESULTS_ROOT = Path("results")
 EXAMPLES = 3  # full trajectories of the final evaluation kept for the trace viewer
-TEST_FIELDS = ("task_id", "domain", "harness_id", "sample_index", "subset", "correct", "reward", "policy_version",
-               "seed", "schema_version")  # with `flags`: still a valid Trajectory record, without its turns
+# A test sample's fields a record keeps, with its numeric `flags`: what tables and figures read (the
+# domain, harness and weights version of an evaluation are in its test_eval event; not a Trajectory)
+TEST_FIELDS = ("task_id", "subset", "sample_index", "correct", "reward")
 STUB_SOURCE = ('"""Not kept in this record (whalekit.results): a record keeps the source of the harnesses the run '
                'evaluated on test and their lineage; the run directory has every candidate\'s."""\n')
 LEFT_OUT = ("checkpoints/", "test trajectories' turns, messages and token ids (examples.jsonl keeps a few)",
@@ -161,14 +162,14 @@ def _completed_provenance(block: Any, added: list[str]) -> dict[str, Any]:
         added.append("cpu_kind")
     commit = provenance.get("git_commit")
     if not provenance.get("git_tag") and commit and commit != "unknown":
-        tag = git_tag(str(commit))
+        tag = commit_tag(str(commit))
         if tag:
             provenance["git_tag"] = tag
             added.append("git_tag")
     return provenance
 
 
-def git_tag(commit: str, cwd: Path = PACKAGE_DIR) -> str | None:
+def commit_tag(commit: str, cwd: Path = PACKAGE_DIR) -> str | None:
     """The tag naming exactly `commit` (`git describe --tags --exact-match`), or None
     (no tag there, no git, or not a checkout)."""
     try:
