@@ -133,7 +133,8 @@ def test_exporting_again_replaces_the_record_whole(tmp_path):
     again = export_run(run.root, tmp_path / "results")
     assert again == first and not (again / "stray.txt").exists()
     assert {p.relative_to(again): p.read_bytes() for p in again.rglob("*") if p.is_file()} == before
-    assert sorted(p.name for p in again.parent.iterdir()) == [run.root.name]  # no staging folder left
+    assert sorted(p.name for p in again.parent.iterdir()) == [run.root.name]
+    assert list((tmp_path / "results" / results.STAGING).iterdir()) == []  # nothing half-written left
 
 
 def test_a_record_is_found_read_back_and_compared_with_a_configuration(tmp_path):

@@ -44,6 +44,7 @@ from whalekit.types import Trajectory
 
 SCHEMA_VERSION = 1
 RESULTS_ROOT = Path("results")
+STAGING = ".export"  # under results_root: records being written, and old ones being replaced (git-ignored)
 EXAMPLES = 3  # full trajectories of the final evaluation kept for the trace viewer
 # A test sample's fields a record keeps, with its numeric `flags`: what tables and figures read (the
 # domain, harness and weights version of an evaluation are in its test_eval event; not a Trajectory)
@@ -117,7 +118,9 @@ def export_run(run_dir: str | Path, results_root: str | Path = RESULTS_ROOT) -> 
     config = run.config()
     target = Path(results_root) / Path(str(config["preset"])).stem / str(config["domain"]) / run.root.name
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    # Built outside results_root/<preset>/, where no reader of records looks (a kill leaves it there)
+    (Path(results_root) / STAGING).mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=Path(results_root) / STAGING, prefix=f"{target.name}.", suffix=".tmp"))
     try:
         _write_record(run, config, events, staging)
         _replace_folder(staging, target)
@@ -271,7 +274,7 @@ def _replace_folder(staging: Path, target: Path) -> None:
     removed after, so at every instant one whole record (or none yet) is there."""
     old = None
     if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        old = staging.with_name(f"{staging.name}.old")
         os.replace(target, old)
     os.replace(staging, target)
     if old is not None:
