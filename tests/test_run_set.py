@@ -13,7 +13,8 @@ from run_fixtures import write_run
 
 from whalekit import provenance as prov
 from whalekit import reproduce
-from whalekit.run_set import LEFT, OTHER_CODE, OTHER_CONFIG, RECORDED, Deadline, Records, record_folder
+from whalekit.results import record_path
+from whalekit.run_set import LEFT, OTHER_CODE, OTHER_CONFIG, RECORDED, Deadline, Records
 
 CPU = "Test CPU, AVX2, no native bf16"
 
@@ -34,7 +35,7 @@ def _record(job: reproduce.Job, results: Path, source: str | None = None, cpu: s
     events = [json.loads(line) for line in run.events_path.read_text().splitlines()]
     events[-1]["wall_s"] = wall_s
     run.events_path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    folder = record_folder(results, job.planned.config)
+    folder = record_path(job.planned.config, results)
     folder.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(run.root), str(folder))
     return folder
@@ -139,7 +140,7 @@ def test_a_chunk_skips_recorded_runs_exports_finished_ones_and_stops_at_the_dead
     assert executed.count(planned[1].label) == 1 and planned[2].label not in executed
     assert not any(label.split()[0] in reproduce.ANALYSIS for label in executed), "analysis waits for the set"
     assert records.stopped and any("--max-hours reached" in line for line in lines)
-    assert (record_folder(results, planned[1].planned.config) / "config.json").exists()
+    assert (record_path(planned[1].planned.config, results) / "config.json").exists()
     status = (results / "smoke" / "STATUS.md").read_text()
     assert "2 of 4 runs recorded, 2 left" in status
     assert all(f"| toy | {j.planned.config.run_name} |" in status for j in planned) and len(run_labels) == 4

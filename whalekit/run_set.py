@@ -29,6 +29,7 @@ from typing import Any
 from whalekit.config import RunConfig, config_changes
 from whalekit.progress import format_duration
 from whalekit.provenance import cpu_kind, git_commit, git_tag, source_sha256
+from whalekit.results import record_path
 from whalekit.runs import RunDir, atomic_write
 
 RECORDED, LEFT, OTHER_CODE, OTHER_CONFIG = "recorded", "left", "other code", "other configuration"
@@ -66,15 +67,10 @@ class RecordState:
     reason: str = ""
 
 
-def record_folder(results_root: Path, config: RunConfig) -> Path:
-    """results/<preset>/<domain>/<run name>/: the committed record of one run."""
-    return Path(results_root) / Path(config.preset).stem / config.domain / config.run_name
-
-
 def record_state(run: PlannedRun, results_root: Path, source: str) -> RecordState:
     """The state of one planned run against the records: RECORDED (a finished record of
     this configuration made by the package source `source`), OTHER_CODE, OTHER_CONFIG, or LEFT."""
-    folder = record_folder(results_root, run.config)
+    folder = record_path(run.config, results_root)
     record = RunDir(folder)
     if not record.config_path.exists() or not record.done:
         return RecordState(LEFT, folder)
