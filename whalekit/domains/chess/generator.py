@@ -156,7 +156,7 @@ def generate_puzzles(n: int, mate_in: int = 1, seed: int = 0, max_games: int | N
 
     Generated once per (arguments, generator code) and kept under the whalekit cache
     (`$WHALEKIT_CACHE/chess-puzzles/`): the puzzles are a pure function of their
-    arguments, and the cpu preset's (mate-in-1 with at least two mating moves) took minutes
+    arguments, and mate-in-1 puzzles under a legal-move cap (the cpu preset's) take minutes
     per run to find. A cache file that does not read back is made again."""
     if not cache:
         return _generate(n, mate_in, seed, max_games, **knobs)
