@@ -98,7 +98,8 @@ def rsft_step(policy, domain, tasks, trajectories, lora: bool) -> None:
     import torch
 
     from whalekit.budget import RolloutBudget
-    from whalekit.rsft import RSFTConfig, RSFTTrainer
+    from whalekit.rsft import RSFTTrainer
+    from whalekit.rsft_config import RSFTConfig
 
     trainer = RSFTTrainer(policy, domain, tasks, RSFTConfig(lora=lora, micro_batch_sequences=32, max_seq_len=1024),
                           RolloutBudget(10**6))

@@ -23,14 +23,9 @@ import whalekit.rsft as rsft
 from whalekit.budget import RolloutBudget
 from whalekit.domains.toy import ToyDomain
 from whalekit.models import Policy, load_model, load_policy
-from whalekit.rsft import (
-    IGNORE_INDEX,
-    RSFTConfig,
-    RSFTTrainer,
-    bf16_supported,
-    token_normalised_loss,
-    training_sequences,
-)
+from whalekit.rsft import RSFTTrainer, bf16_supported
+from whalekit.rsft_config import RSFTConfig
+from whalekit.rsft_loss import IGNORE_INDEX, token_normalised_loss, training_sequences
 from whalekit.types import Trajectory, Turn
 
 TOLERANCE = 1e-4
@@ -83,7 +78,7 @@ def trl_rows(trajectories: list[Trajectory]) -> list[dict[str, list[int]]]:
 
 def selected_positions_loss(model: Any, sequences: list[tuple[list[int], list[int]]], micro_batch: int,
                             pad_id: int, autocast: bool = False, backward: bool = True) -> tuple[float, int]:
-    """Proposed drop-in for `whalekit.rsft.token_normalised_loss`: run the LM head only on
+    """Proposed drop-in for `whalekit.rsft_loss.token_normalised_loss`: run the LM head only on
     positions whose next token is trained, instead of building (and upcasting to fp32) the
     logits of every position; the vocabulary projection and its softmax are a large share
     of a 135M model's step, and prompt positions are about half of an RSFT batch."""

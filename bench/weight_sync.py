@@ -46,7 +46,8 @@ import time
 from whalekit.budget import RolloutBudget
 from whalekit.domains.base import get_domain
 from whalekit.models import load_policy
-from whalekit.rsft import RSFTConfig, RSFTTrainer
+from whalekit.rsft import RSFTTrainer
+from whalekit.rsft_config import RSFTConfig
 from whalekit.samplers.base import GenerationRequest, SamplingParams
 
 

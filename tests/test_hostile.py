@@ -23,7 +23,8 @@ import pytest
 
 from whalekit.episode import Finished, GenerateRequest
 from whalekit.isolation import IsolatedHarness, IsolationLimits
-from whalekit.sandbox import SandboxLimits, run_python, sandbox_available
+from whalekit.python_tool import SandboxLimits, run_python
+from whalekit.sandbox import sandbox_available
 
 AVAILABLE, WHY = sandbox_available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"no sandbox on this machine: {WHY}")

@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "whalekit.harness_worker": 0, "whalekit.mechanisms": 0, "whalekit.stats": 0, "whalekit.shutdown": 0,
     "whalekit.budget": 0, "whalekit.optim": 0, "whalekit.run_state": 0, "whalekit.seams": 0,
     "whalekit.presets": 0, "whalekit.sandbox": 0, "whalekit.methods": 0, "whalekit.errors": 0,
+    "whalekit.python_tool": 0, "whalekit.rsft_config": 0, "whalekit.rsft_loss": 0,
     # 1: the parts: domains, samplers and models, isolation, archive, run records
     "whalekit.domains": 1, "whalekit.samplers": 1, "whalekit.model_files": 1, "whalekit.models": 1,
     "whalekit.isolation": 1, "whalekit.archive": 1, "whalekit.runs": 1, "whalekit.provenance": 1,
@@ -49,7 +50,9 @@ LAYERS: dict[str, int] = {
     # 4: front ends: figures, tables, the viewer, the command line, the reproduction
     "whalekit.tables": 4, "whalekit.plots": 4, "whalekit.widgets": 4, "whalekit.viewer": 4, "whalekit.cli": 4,
     "whalekit.cli_config": 4, "whalekit.cli_harness": 4, "whalekit.reproduce": 4, "whalekit.calibration": 4,
+    "whalekit.reproduce_plan": 4, "whalekit.notebook_runner": 4,
     "whalekit.run_set": 4, "whalekit.verdicts": 4, "whalekit.figures": 4,
+    "whalekit.run_summaries": 4, "whalekit.plot_style": 4, "whalekit.behaviour_plots": 4,
 }
 
 # In-function imports that guard no heavy dependency, left by work in flight: none remain.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from whalekit import methods, plots, reproduce, schedules, tables, whale
+from whalekit import methods, plot_style, reproduce_plan, run_summaries, schedules, tables, whale
 
 
 def test_the_table_holds_the_seven_methods_once_each():
@@ -16,8 +16,9 @@ def test_the_table_holds_the_seven_methods_once_each():
 
 def test_tables_figures_and_the_reproduction_read_the_table():
     assert tables.METHOD_ORDER is methods.METHOD_ORDER and tables.METHOD_LABELS is methods.METHOD_LABELS
-    assert plots.METHOD_COLOURS is methods.METHOD_COLOURS and tables.SEARCH_METHODS is methods.SEARCH_METHODS
-    assert reproduce.METHODS is methods.METHOD_NAMES
+    assert plot_style.METHOD_COLOURS is methods.METHOD_COLOURS
+    assert run_summaries.SEARCH_METHODS is methods.SEARCH_METHODS
+    assert reproduce_plan.METHODS is methods.METHOD_NAMES
 
 
 def test_the_driver_and_the_schedules_agree_with_the_table():

@@ -9,8 +9,8 @@ import json
 import nbformat
 import pytest
 
-from whalekit import reproduce
-from whalekit.reproduce import ANALYSIS, DOMAIN_RUN, NOTEBOOK_DIR, NOTEBOOKS, QUICKSTART, TUTORIALS
+from whalekit import notebook_runner, reproduce_plan
+from whalekit.reproduce_plan import ANALYSIS, DOMAIN_RUN, NOTEBOOK_DIR, NOTEBOOKS, QUICKSTART, TUTORIALS
 
 NOTEBOOK_FILES = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 
@@ -46,7 +46,7 @@ def test_each_notebook_has_one_parameters_cell_of_literals_and_stays_thin(path):
 
 
 def test_plan_runs_each_domain_method_once_then_the_analysis(tmp_path):
-    jobs = reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"])
+    jobs = reproduce_plan.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"])
     labels = [j.label for j in jobs]
     assert labels[0] == QUICKSTART and labels[-len(ANALYSIS):] == list(ANALYSIS)
     runs = [j for j in jobs if j.notebook == DOMAIN_RUN]
@@ -57,7 +57,7 @@ def test_plan_runs_each_domain_method_once_then_the_analysis(tmp_path):
 
 
 def test_plan_without_the_grid_or_adaptive_leaves_out_their_runs_and_notebooks(tmp_path):
-    jobs = reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"],
+    jobs = reproduce_plan.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"],
                           methods=["whale", "weight_only"], grid=False)
     analysis = [n for n in ANALYSIS if n not in ("05_schedule_grid", "06_adaptive")]
     assert [j.label.split()[0] for j in jobs] == [QUICKSTART, DOMAIN_RUN, DOMAIN_RUN, *analysis]
@@ -67,7 +67,7 @@ def test_plan_without_the_grid_or_adaptive_leaves_out_their_runs_and_notebooks(t
 def test_timings_note_lists_every_notebook(tmp_path):
     timings = [{"notebook": "01_quickstart", "label": "01_quickstart", "wall_s": 3.2, "reused": False},
                {"notebook": DOMAIN_RUN, "label": "02_domain_run toy/whale-0.5,2-s0", "wall_s": 0.0, "reused": True}]
-    text = reproduce.write_timings(timings, tmp_path).read_text()
+    text = notebook_runner.write_timings(timings, tmp_path).read_text()
     assert "| 01_quickstart | 3.2 |" in text and "| 02_domain_run toy/whale-0.5,2-s0 | reused |" in text
     assert json.loads((tmp_path / "timings.json").read_text()) == timings
 
@@ -75,8 +75,8 @@ def test_timings_note_lists_every_notebook(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(3000)  # eight smoke runs plus the analysis notebooks, each in a fresh kernel
 def test_every_notebook_executes_under_the_smoke_preset_and_writes_its_outputs(tmp_path):
-    jobs = reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"])
-    timings = reproduce.run_jobs(jobs)
+    jobs = reproduce_plan.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"])
+    timings = notebook_runner.run_jobs(jobs)
     assert {t["notebook"] for t in timings} == set(NOTEBOOKS) and not any(t["reused"] for t in timings)
     for job in jobs:
         assert job.output.exists(), job.label
@@ -92,7 +92,7 @@ def test_every_notebook_executes_under_the_smoke_preset_and_writes_its_outputs(t
     table = (tmp_path / "figures" / "table2_main.md").read_text()
     assert all(label in table for label in ("WHALE", "weights only", "harness only", "FST (prompt only)"))
     # a second pass reuses every finished run instead of recomputing it
-    again = reproduce.run_jobs(jobs)
+    again = notebook_runner.run_jobs(jobs)
     assert all(t["reused"] for t in again if t["notebook"] == DOMAIN_RUN)
 
 
@@ -104,9 +104,9 @@ def test_the_custom_domain_notebook_builds_a_domain_outside_whalekit_and_runs_wh
     figures = tmp_path / "figures"
     parameters = {"preset": "smoke", "model": "tiny-random", "runs_root": str(tmp_path / "runs"),
                   "figures": str(figures), "budget": 48, "n_train": 8, "n_search": 8, "n_test": 4}
-    job = reproduce.Job(TUTORIALS[0], parameters, tmp_path / "executed" / f"{TUTORIALS[0]}.ipynb",
+    job = reproduce_plan.Job(TUTORIALS[0], parameters, tmp_path / "executed" / f"{TUTORIALS[0]}.ipynb",
                         [figures / "08_units_whale.png", figures / "08_units_whale.pdf"])
-    reproduce.execute(job)  # raises on a failing cell or a missing figure
+    notebook_runner.execute(job)  # raises on a failing cell or a missing figure
     run = RunDir(tmp_path / "runs" / "units_smoke" / "units" / "whale-0.5,2-s0")
     assert run.done and run.config()["model"] == "tiny-random"
     assert {e["kind"] for e in run.events("stage_end") if e["steps"]} == {"weight", "harness"}

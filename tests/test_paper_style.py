@@ -6,15 +6,15 @@ from __future__ import annotations
 import matplotlib
 import matplotlib.pyplot as plt
 
-from whalekit import plots
+from whalekit import plot_style
 
 
 def test_the_interactive_mode_a_backend_turns_on_while_drawing_survives_the_style():
-    @plots._paper_style
+    @plot_style.paper_style
     def draw():
         # what the inline backend does when the kernel's first figure resolves it
         matplotlib.interactive(True)
-        assert plt.rcParams["font.size"] == plots.PAPER_STYLE["font.size"]
+        assert plt.rcParams["font.size"] == plot_style.PAPER_STYLE["font.size"]
         return plt.figure()
 
     was = matplotlib.is_interactive()
@@ -22,8 +22,8 @@ def test_the_interactive_mode_a_backend_turns_on_while_drawing_survives_the_styl
         matplotlib.interactive(False)
         figure = draw()
         assert matplotlib.is_interactive(), "rc_context turned interactive mode off: a re-run shows no figure"
-        assert plt.rcParams["font.size"] != plots.PAPER_STYLE["font.size"] or \
-            matplotlib.rcParamsDefault["font.size"] == plots.PAPER_STYLE["font.size"]  # the style itself is undone
+        assert plt.rcParams["font.size"] != plot_style.PAPER_STYLE["font.size"] or \
+            matplotlib.rcParamsDefault["font.size"] == plot_style.PAPER_STYLE["font.size"]  # the style itself is undone
         plt.close(figure)
     finally:
         matplotlib.interactive(was)

@@ -9,7 +9,7 @@ from matplotlib.colors import to_hex
 from matplotlib.container import BarContainer
 from run_fixtures import trajectory, write_run
 
-from whalekit import plots, tables
+from whalekit import behaviour_plots, plot_style, plots, run_summaries, tables
 from whalekit.archive import Archive
 from whalekit.runs import RunDir
 
@@ -33,7 +33,7 @@ def runs_root(tmp_path_factory):
 
 
 def test_best_so_far_never_decreases_and_is_in_percent(runs_root):
-    run = tables.load_run(runs_root / "smoke" / "toy" / "whale-0.5,2-s0")
+    run = run_summaries.load_run(runs_root / "smoke" / "toy" / "whale-0.5,2-s0")
     assert run.best_so_far() == ([0, 32, 64], [25.0, 75.0, 75.0])
     assert run.best["rollouts"] == 32
 
@@ -78,7 +78,7 @@ def test_the_floor_is_computed_on_each_seeds_own_test_problems(runs_root):
         calls.append((len(tasks), k, seed))
         return 0.5
 
-    floors = tables.floor_scores(tables.main_runs(runs_root, "smoke"), score)
+    floors = tables.floor_scores(run_summaries.main_runs(runs_root, "smoke"), score)
     assert floors == {"toy": {0: 0.5, 1: 0.5}} and sorted(calls) == [(4, 2, 0), (4, 2, 1)]
 
 
@@ -90,7 +90,7 @@ def test_three_numbers_per_run_final_selected_by_own_signal_and_best_on_test(tmp
     archive.record_evaluation(seed_id, 1, [trajectory(correct=False)], [None])  # 0.0
     archive.record_evaluation(seed_id, 2, [trajectory(correct=True)], [None])  # 1.0: the signal's pick
     archive.record_evaluation(seed_id, 3, [trajectory(correct=True), trajectory(correct=False)], [None, None])  # 0.5
-    summary = tables.load_run(run.root)
+    summary = run_summaries.load_run(run.root)
     assert summary.selection_signals() == [0.0, 0.0, 1.0, 0.5]
     assert (summary.final["index"], summary.selected["index"], summary.best["index"]) == (3, 2, 1)
     table = tables.points_table(tmp_path, "smoke")
@@ -101,7 +101,7 @@ def test_three_numbers_per_run_final_selected_by_own_signal_and_best_on_test(tmp
 
 
 def test_weights_only_runs_select_on_their_training_reward(runs_root):
-    run = tables.load_run(runs_root / "smoke" / "toy" / "weight_only-s0")
+    run = run_summaries.load_run(runs_root / "smoke" / "toy" / "weight_only-s0")
     assert run.selection_signals() == [None, 0.5, 0.5]  # no signal before the first RSFT batch
     assert run.selected is run.final  # ties go to the latest evaluation
 
@@ -131,7 +131,7 @@ def test_absent_runs_are_drawn_as_absent_never_as_zero(with_absent_runs):
     chess = dict(zip(table["method"], table["chess"]))
     assert chess["weights only"] == tables.ABSENT and chess["WHALE"].startswith("50.0 [")
     assert tables.paired_comparison(with_absent_runs, "smoke")["chess"].iloc[0] == tables.ABSENT
-    fig = plots.accuracy_bars_figure(tables.main_runs(with_absent_runs, "smoke"))
+    fig = plots.accuracy_bars_figure(run_summaries.main_runs(with_absent_runs, "smoke"))
     ax = fig.axes[0]
     assert sum(t.get_text() == "not run" for t in ax.texts) == 3  # adaptive, weights only, stagewise on chess
     hatched = [p for p in ax.patches if p.get_hatch()]
@@ -155,7 +155,7 @@ def test_schedule_grid_table_lists_preset_schedules_plus_stagewise(runs_root):
 def test_unfinished_runs_are_left_out(tmp_path):
     write_run(tmp_path, "weight_only", [0.5, 0.5])
     write_run(tmp_path, "harness_only", [0.5, 0.5]).commit({"finished": False})
-    assert [r.method for r in tables.find_runs(tmp_path, "smoke")] == ["weight_only"]
+    assert [r.method for r in run_summaries.find_runs(tmp_path, "smoke")] == ["weight_only"]
 
 
 def test_save_table_writes_markdown_and_csv(runs_root, tmp_path):
@@ -171,20 +171,20 @@ def _line_colours(fig):
 
 
 def test_each_method_has_one_colour_in_every_figure(runs_root):
-    main = tables.main_runs(runs_root, "smoke")
+    main = run_summaries.main_runs(runs_root, "smoke")
     figure2 = _line_colours(plots.best_so_far_figure(main))
-    figure3 = _line_colours(plots.bottleneck_figure(main))
+    figure3 = _line_colours(behaviour_plots.bottleneck_figure(main))
     for label, method in (("WHALE", "whale"), ("weights only", "weight_only"), ("stagewise (W→H)", "stagewise")):
-        assert figure2[label] == figure3[label] == plots.METHOD_COLOURS[method]
+        assert figure2[label] == figure3[label] == plot_style.METHOD_COLOURS[method]
     figure1b = plots.best_accuracy_figure(main)
     bars = {c.get_label(): to_hex(c.patches[0].get_facecolor()) for c in figure1b.axes[0].containers
             if isinstance(c, BarContainer)}
-    assert bars["WHALE"] == plots.METHOD_COLOURS["whale"] and bars["weights only"] == plots.METHOD_COLOURS[
+    assert bars["WHALE"] == plot_style.METHOD_COLOURS["whale"] and bars["weights only"] == plot_style.METHOD_COLOURS[
         "weight_only"]
 
 
 def test_axes_carry_units_and_figures_say_which_number_they_show(runs_root):
-    main = tables.main_runs(runs_root, "smoke")
+    main = run_summaries.main_runs(runs_root, "smoke")
     figure2 = plots.best_so_far_figure(main)
     assert figure2.axes[0].get_xlabel() == "rollouts"
     assert figure2.axes[0].get_ylabel() == "best-so-far test mean@2 (%)"
@@ -192,22 +192,22 @@ def test_axes_carry_units_and_figures_say_which_number_they_show(runs_root):
     assert "at each evaluation" in plots.accuracy_curve_figure(main).get_suptitle()
     assert plots.accuracy_bars_figure(main).axes[0].get_title().startswith("final test mean@2")
     assert "selected on test" in plots.best_accuracy_figure(main).axes[0].get_title()
-    bottleneck = plots.bottleneck_figure(main)
+    bottleneck = behaviour_plots.bottleneck_figure(main)
     labels = {a.get_title(): a.get_ylabel() for a in bottleneck.axes}  # the metric on top, its unit beside the axis
     assert labels["answered"] == "% of test samples"
     assert labels["turns"] == "mean per sample"
 
 
 def test_bottleneck_marks_each_methods_best_accuracy_rollout(runs_root):
-    main = [r for r in tables.main_runs(runs_root, "smoke") if r.method == "weight_only"]
-    ax = plots.bottleneck_figure(main, ["answered"]).axes[0]
+    main = [r for r in run_summaries.main_runs(runs_root, "smoke") if r.method == "weight_only"]
+    ax = behaviour_plots.bottleneck_figure(main, ["answered"]).axes[0]
     stars = [line for line in ax.get_lines() if line.get_marker() == "*"]
     # weight_only reached its best (50 %) first at 32 rollouts; answered there = 75 %
     assert [(list(s.get_xdata()), list(s.get_ydata())) for s in stars] == [([32], [75.0])]
 
 
 def test_adaptive_cycles_count_epochs_and_iterations(runs_root):
-    run = tables.load_run(runs_root / "smoke" / "toy" / "adaptive-s0")
+    run = run_summaries.load_run(runs_root / "smoke" / "toy" / "adaptive-s0")
     cycles = plots.adaptive_cycles(run)
     # smoke: 4 samples per problem, 8 training problems -> 32 sampled rollouts = 1 epoch
     assert [(c["epochs"], c["iterations"]) for c in cycles] == [(1.0, 1), (1.0, 1)]
@@ -228,15 +228,15 @@ def test_lineage_places_parents_between_children_and_highlights_the_accepted_pat
 
 
 def test_save_figure_writes_non_empty_png_and_pdf(runs_root, tmp_path):
-    fig = plots.schedule_grid_figure(tables.grid_runs(runs_root, "smoke"))
-    paths = plots.save_figure(fig, tmp_path / "figs" / "fig4_schedule_grid")
+    fig = plots.schedule_grid_figure(run_summaries.grid_runs(runs_root, "smoke"))
+    paths = plot_style.save_figure(fig, tmp_path / "figs" / "fig4_schedule_grid")
     assert [p.suffix for p in paths] == [".png", ".pdf"]
     assert all(p.stat().st_size > 1000 for p in paths)
     assert paths[0].read_bytes()[:4] == b"\x89PNG" and paths[1].read_bytes()[:4] == b"%PDF"
 
 
 def test_a_run_curve_names_the_run(runs_root):
-    run = tables.load_run(runs_root / "smoke" / "toy" / "whale-0.5,2-s0")
+    run = run_summaries.load_run(runs_root / "smoke" / "toy" / "whale-0.5,2-s0")
     ax = plots.run_curve_figure(run).axes[0]
     assert "whale-0.5,2-s0" in ax.get_title() and ax.get_ylabel() == "test mean@2 (%)"
 
@@ -249,7 +249,7 @@ def test_no_runs_is_a_clear_error(tmp_path):
 
 
 def test_figure_2_draws_the_mean_over_seeds_with_a_band(runs_root):
-    whale = [r for r in tables.main_runs(runs_root, "smoke") if r.method == "whale"]
+    whale = [r for r in run_summaries.main_runs(runs_root, "smoke") if r.method == "whale"]
     xs, curve = plots.accuracy_curve(whale)
     # seed 0: 25, 75, 50; seed 1: 50, 25, 100 (%)
     assert xs == [0, 32, 64] and [100 * c.mean for c in curve] == [37.5, 50.0, 75.0]
@@ -264,23 +264,23 @@ def test_figure_2_draws_the_mean_over_seeds_with_a_band(runs_root):
 def _every_figure(runs_root, main):
     root = runs_root / "smoke" / "toy" / "whale-0.5,2-s0"
     archive = Archive.open(root / "archive", "toy")
-    return {"run curve": plots.run_curve_figure(tables.load_run(root)),
+    return {"run curve": plots.run_curve_figure(run_summaries.load_run(root)),
             "figure 1b": plots.accuracy_bars_figure(main, floors={"toy": 0.1}),
             "figure 1b (best)": plots.best_accuracy_figure(main),
             "figure 2": plots.accuracy_curve_figure(main, floors={"toy": 0.1}),
             "figure 2 (best so far)": plots.best_so_far_figure(main),
-            "figure 3": plots.bottleneck_figure([r for r in main if r.domain == "toy"]),
-            "figure 4": plots.schedule_grid_figure(tables.grid_runs(runs_root, "smoke")),
-            "figure 6": plots.adaptive_figure(tables.find_runs(runs_root, "smoke", method="adaptive")),
+            "figure 3": behaviour_plots.bottleneck_figure([r for r in main if r.domain == "toy"]),
+            "figure 4": plots.schedule_grid_figure(run_summaries.grid_runs(runs_root, "smoke")),
+            "figure 6": plots.adaptive_figure(run_summaries.find_runs(runs_root, "smoke", method="adaptive")),
             "lineage": plots.lineage_figure(archive)}
 
 
 def test_no_two_texts_overlap_in_any_figure(with_absent_runs):
-    main = tables.main_runs(with_absent_runs, "smoke")
+    main = run_summaries.main_runs(with_absent_runs, "smoke")
     toy = [r for r in main if r.domain == "toy"]
     for runs in (main, toy):
         for name, fig in _every_figure(with_absent_runs, runs).items():
-            assert plots.overlapping_texts(fig) == [], name
+            assert plot_style.overlapping_texts(fig) == [], name
             plt.close(fig)
 
 
@@ -288,29 +288,29 @@ def test_the_overlap_check_finds_overlapping_text():
     fig, ax = plt.subplots()
     ax.text(0.5, 0.5, "one label")
     ax.text(0.5, 0.5, "another label")
-    assert plots.overlapping_texts(fig) == [("one label", "another label")]
+    assert plot_style.overlapping_texts(fig) == [("one label", "another label")]
 
 
 def test_a_metrics_unit_follows_its_kind_not_its_values(tmp_path):
     """turns is a count in every domain: a mean of 1.0 turn is "mean per sample", never 100 %."""
-    run = tables.load_run(write_run(tmp_path, "whale", [0.25]).root)  # one evaluation: turns = 1.0, answered 0.5
-    assert plots.behaviour_units([run]) == {"answered": "% of test samples", "turns": "mean per sample"}
-    chess = tables.load_run(write_run(tmp_path, "whale", [0.5], domain="chess").root)
-    assert plots.behaviour_units([chess])["turns"] == "mean per sample"
+    run = run_summaries.load_run(write_run(tmp_path, "whale", [0.25]).root)  # one evaluation: turns = 1.0, answered 0.5
+    assert behaviour_plots.behaviour_units([run]) == {"answered": "% of test samples", "turns": "mean per sample"}
+    chess = run_summaries.load_run(write_run(tmp_path, "whale", [0.5], domain="chess").root)
+    assert behaviour_plots.behaviour_units([chess])["turns"] == "mean per sample"
 
 
 def test_constant_behaviour_panels_are_left_out_and_named(tmp_path):
     write_run(tmp_path, "whale", [0.75, 0.75, 1.0])  # answered = min(1, accuracy + 0.25) = 100 % throughout
-    fig = plots.bottleneck_figure(tables.main_runs(tmp_path, "smoke"))
+    fig = behaviour_plots.bottleneck_figure(run_summaries.main_runs(tmp_path, "smoke"))
     assert [ax.get_title() for ax in fig.axes] == ["turns"]
     assert "constant in every run, not drawn: answered = 100 %" in fig.get_suptitle()
 
 
 def test_behaviour_lines_are_the_mean_over_seeds_with_a_band(runs_root):
-    whale = [r for r in tables.main_runs(runs_root, "smoke") if r.method == "whale"]
-    xs, curve = plots.behaviour_curve(whale, "turns")
+    whale = [r for r in run_summaries.main_runs(runs_root, "smoke") if r.method == "whale"]
+    xs, curve = behaviour_plots.behaviour_curve(whale, "turns")
     assert xs == [0, 32, 64] and [c.mean for c in curve] == [1.0, 2.0, 3.0] and curve[0].n_seeds == 2
-    ax = plots.bottleneck_figure(whale, ["answered"]).axes[0]
+    ax = behaviour_plots.bottleneck_figure(whale, ["answered"]).axes[0]
     line = next(line for line in ax.get_lines() if line.get_label() == "WHALE")
     # answered: seed 0 50, 100, 75 %; seed 1 75, 50, 100 %
     assert list(line.get_ydata()) == [62.5, 75.0, 87.5] and len(ax.collections) == 1
@@ -328,14 +328,14 @@ def test_the_lineage_colour_scale_is_fitted_to_the_scores(runs_root):
 
 
 def test_figure_2_names_the_methods_a_domain_never_ran(with_absent_runs):
-    fig = plots.accuracy_curve_figure(tables.main_runs(with_absent_runs, "smoke"))
+    fig = plots.accuracy_curve_figure(run_summaries.main_runs(with_absent_runs, "smoke"))
     titles = {ax.get_title().split("\n")[0]: ax.get_title() for ax in fig.axes}
     assert " ".join(titles["chess"].split()) == "chess not run: WHALE (adaptive), weights only, stagewise (W→H)"
     assert titles["toy"] == "toy"
 
 
 def test_every_figure_uses_constrained_layout(with_absent_runs):
-    main = tables.main_runs(with_absent_runs, "smoke")
+    main = run_summaries.main_runs(with_absent_runs, "smoke")
     for name, fig in _every_figure(with_absent_runs, main).items():
         assert fig.get_layout_engine().__class__.__name__ == "ConstrainedLayoutEngine", name
         plt.close(fig)

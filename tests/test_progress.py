@@ -65,11 +65,11 @@ def test_overall_eta_uses_only_executed_jobs_and_ignores_reused_ones():
 
 
 def test_job_costs_are_each_runs_budget_and_nothing_for_analysis_notebooks(tmp_path):
-    from whalekit import reproduce
+    from whalekit import reproduce_plan
 
-    jobs = reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"],
+    jobs = reproduce_plan.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"],
                           methods=["whale", "weight_only"], grid=False)
-    costs = reproduce.job_costs(jobs)
+    costs = reproduce_plan.job_costs(jobs)
     assert costs == [0.0 if job.run_dir is None else 96.0 for job in jobs] and costs.count(96.0) == 2
 
 

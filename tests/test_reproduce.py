@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 from run_fixtures import write_run
 
+from whalekit import notebook_runner, reproduce, reproduce_plan
 from whalekit import provenance as prov
-from whalekit import reproduce
 from whalekit.presets import load_preset
 from whalekit.runs import RunDir
 
 
-def _plan(tmp_path: Path, methods=("whale", "weight_only")) -> list[reproduce.Job]:
-    return reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"], methods=list(methods),
+def _plan(tmp_path: Path, methods=("whale", "weight_only")) -> list[reproduce_plan.Job]:
+    return reproduce_plan.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"], methods=list(methods),
                           grid=False)
 
 
-def _run_for(job: reproduce.Job, block: dict | None) -> RunDir:
+def _run_for(job: reproduce_plan.Job, block: dict | None) -> RunDir:
     """A finished run where `job` expects it, with `block` as its provenance (None: none recorded)."""
     p = job.parameters
     run = write_run(Path(p["runs_root"]), p["method"], [0.25, 0.5, 0.75], seed=p["seed"])
@@ -38,29 +38,29 @@ def test_the_command_line_runs_three_seeds_by_default(tmp_path, monkeypatch, cap
                            "--seeds", "0", "1", "2", "--dry-run"]) == 0
     parameters = [json.loads(line[line.index("{"):]) for line in capsys.readouterr().out.splitlines()]
     assert sorted(p["seed"] for p in parameters if "seed" in p) == [0, 1, 2]
-    assert reproduce.run_set_defaults(load_preset("cpu"))["seeds"] == [0, 1, 2]
-    assert reproduce.run_set_defaults(load_preset("paper"))["seeds"] == [0, 1, 2]
+    assert reproduce_plan.run_set_defaults(load_preset("cpu"))["seeds"] == [0, 1, 2]
+    assert reproduce_plan.run_set_defaults(load_preset("paper"))["seeds"] == [0, 1, 2]
 
 
 def test_the_smoke_preset_reproduces_every_method_once_on_one_domain(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert reproduce.main(["--preset", "smoke", "--dry-run"]) == 0
     runs = [json.loads(line[line.index("{"):]) for line in capsys.readouterr().out.splitlines()
-            if line.startswith(reproduce.DOMAIN_RUN)]
+            if line.startswith(reproduce_plan.DOMAIN_RUN)]
     main = [(p["domain"], p["method"], p["seed"]) for p in runs if p["domain"] != "toy"]
-    assert sorted(main) == sorted(("math", m, 0) for m in reproduce.METHODS)
+    assert sorted(main) == sorted(("math", m, 0) for m in reproduce_plan.METHODS)
     assert {p["domain"] for p in runs} == {"math", "toy"}  # toy: the schedule grid
     assert all(p["figures"].endswith("figures/smoke") for p in runs)  # never over the committed figures
-    assert reproduce.run_set_defaults(load_preset("smoke"))["parallel"] == 2
-    assert reproduce.run_set_defaults(load_preset("cpu"))["parallel"] == 1  # SmolLM2's matmuls fill the cores
+    assert reproduce_plan.run_set_defaults(load_preset("smoke"))["parallel"] == 2
+    assert reproduce_plan.run_set_defaults(load_preset("cpu"))["parallel"] == 1  # SmolLM2's matmuls fill the cores
 
 
 def test_a_preset_reproduce_section_with_unknown_keys_or_domains_is_refused():
     data = load_preset("smoke")
     with pytest.raises(ValueError, match="unknown keys"):
-        reproduce.run_set_defaults({**data, "reproduce": {"seed": [0]}})
+        reproduce_plan.run_set_defaults({**data, "reproduce": {"seed": [0]}})
     with pytest.raises(ValueError, match="no section"):
-        reproduce.run_set_defaults({**data, "reproduce": {"domains": ["go"]}})
+        reproduce_plan.run_set_defaults({**data, "reproduce": {"domains": ["go"]}})
 
 
 def test_foreign_runs_are_reported_and_made_again_unless_the_flag_keeps_them(tmp_path, monkeypatch, capsys):
@@ -71,7 +71,7 @@ def test_foreign_runs_are_reported_and_made_again_unless_the_flag_keeps_them(tmp
     current = prov.provenance("hf")
     _run_for(whale, current)  # same code, same sampler
     _run_for(weight_only, {**current, "sampler": "vllm"})
-    executed: list[list[reproduce.Job]] = []
+    executed: list[list[reproduce_plan.Job]] = []
     monkeypatch.setattr(reproduce, "run_jobs", lambda jobs, **kwargs: executed.append(jobs) or [])
     argv = ["--preset", "smoke", "--runs-root", "runs", "--figures", "figures", "--domains", "toy", "--methods",
             "whale", "weight_only", "--no-grid", "--seeds", "0"]
@@ -89,7 +89,7 @@ def test_foreign_runs_are_reported_and_made_again_unless_the_flag_keeps_them(tmp
     assert not weight_only.run_dir.exists() and RunDir(whale.run_dir).done  # re-made; the current one kept
     moved = list((tmp_path / "runs" / "foreign-runs" / "smoke" / "toy").iterdir())
     assert len(moved) == 1 and moved[0].name.startswith("weight_only-s0-") and RunDir(moved[0]).done
-    assert not reproduce.reusable(weight_only) and os.environ[prov.REUSE_ENV] == "0"
+    assert not notebook_runner.reusable(weight_only) and os.environ[prov.REUSE_ENV] == "0"
     assert len(executed) == 2
 
 
@@ -117,9 +117,9 @@ def test_run_jobs_prints_stage_lines_and_overall_progress_with_an_eta(tmp_path, 
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("x")
 
-    monkeypatch.setattr(reproduce, "execute", fake_execute)
+    monkeypatch.setattr(notebook_runner, "execute", fake_execute)
     lines: list[str] = []
-    reproduce.run_jobs(jobs, log=lines.append, watch_interval_s=0.01)
+    notebook_runner.run_jobs(jobs, log=lines.append, watch_interval_s=0.01)
     overall = [line for line in lines if line.startswith("[")]
     assert [line.split("]")[0] for line in overall] == [f"[{i}/{len(jobs)}" for i in range(1, len(jobs) + 1)]
     assert all(" · elapsed " in line and " · ETA " in line for line in overall)
@@ -130,7 +130,7 @@ def test_run_jobs_prints_stage_lines_and_overall_progress_with_an_eta(tmp_path, 
         assert [line.split(": ", 1)[1].split(" · ")[0] for line in stage_lines] == ["weight stage 0",
                                                                                      "harness stage 1"]
     again: list[str] = []
-    reproduce.run_jobs(jobs, log=again.append, watch_interval_s=0.01)
+    notebook_runner.run_jobs(jobs, log=again.append, watch_interval_s=0.01)
     assert sum("reused (run finished)" in line for line in again) == len(run_jobs)
     assert not any(line.startswith("  ") for line in again)  # a reused run is not watched
 
@@ -156,27 +156,27 @@ def test_parallel_runs_overlap_but_the_quickstart_comes_first_and_the_analysis_l
             running.discard(job.label)
             events.append(("end", job.notebook, len(running)))
 
-    monkeypatch.setattr(reproduce, "execute", fake_execute)
+    monkeypatch.setattr(notebook_runner, "execute", fake_execute)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     seen_threads = []
-    monkeypatch.setattr(reproduce, "reusable", lambda job: seen_threads.append(os.environ.get("OMP_NUM_THREADS")))
+    monkeypatch.setattr(notebook_runner, "reusable", lambda job: seen_threads.append(os.environ.get("OMP_NUM_THREADS")))
     lines: list[str] = []
-    timings = reproduce.run_jobs(jobs, log=lines.append, watch_interval_s=0.01, parallel=2)
+    timings = notebook_runner.run_jobs(jobs, log=lines.append, watch_interval_s=0.01, parallel=2)
     # each kernel gets its share of the cores while runs overlap; the environment is restored after
     assert set(seen_threads) == {str(max(1, (os.cpu_count() or 1) // 2))} and "OMP_NUM_THREADS" not in os.environ
     starts = [(notebook, n) for kind, notebook, n in events if kind == "start"]
-    assert starts[0] == (reproduce.QUICKSTART, 1)
-    assert max(n for notebook, n in starts if notebook == reproduce.DOMAIN_RUN) == 2  # two runs at once
-    assert all(n == 1 for notebook, n in starts if notebook != reproduce.DOMAIN_RUN)  # the rest alone
+    assert starts[0] == (reproduce_plan.QUICKSTART, 1)
+    assert max(n for notebook, n in starts if notebook == reproduce_plan.DOMAIN_RUN) == 2  # two runs at once
+    assert all(n == 1 for notebook, n in starts if notebook != reproduce_plan.DOMAIN_RUN)  # the rest alone
     last_run_end = max(i for i, (kind, notebook, _) in enumerate(events)
-                       if kind == "end" and notebook == reproduce.DOMAIN_RUN)
+                       if kind == "end" and notebook == reproduce_plan.DOMAIN_RUN)
     first_analysis = min(i for i, (kind, notebook, _) in enumerate(events)
-                         if kind == "start" and notebook in reproduce.ANALYSIS)
+                         if kind == "start" and notebook in reproduce_plan.ANALYSIS)
     assert first_analysis > last_run_end
     assert [t["label"] for t in timings] == [j.label for j in jobs]  # in plan order, whatever finished first
     assert sum(line.startswith("[") for line in lines) == len(jobs)
     with pytest.raises(ValueError):
-        reproduce.run_jobs(jobs, parallel=0)
+        notebook_runner.run_jobs(jobs, parallel=0)
 
 
 def test_a_failed_parallel_run_stops_the_runs_not_yet_started(tmp_path, monkeypatch):
@@ -185,7 +185,7 @@ def test_a_failed_parallel_run_stops_the_runs_not_yet_started(tmp_path, monkeypa
 
     jobs = _plan(tmp_path, methods=("whale", "weight_only", "harness_only", "stagewise"))
     started, failed = [], threading.Event()
-    runs = [j.label for j in jobs if j.notebook == reproduce.DOMAIN_RUN]
+    runs = [j.label for j in jobs if j.notebook == reproduce_plan.DOMAIN_RUN]
 
     def fake_execute(job, notebook_dir, kernel):
         started.append(job.label)
@@ -199,11 +199,11 @@ def test_a_failed_parallel_run_stops_the_runs_not_yet_started(tmp_path, monkeypa
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("x")
 
-    monkeypatch.setattr(reproduce, "execute", fake_execute)
+    monkeypatch.setattr(notebook_runner, "execute", fake_execute)
     with pytest.raises(RuntimeError, match="the notebook failed"):
-        reproduce.run_jobs(jobs, log=lambda line: None, watch_interval_s=0.01, parallel=2)
+        notebook_runner.run_jobs(jobs, log=lambda line: None, watch_interval_s=0.01, parallel=2)
     assert len(runs) == 4 and set(started) & set(runs) == set(runs[:2])  # the two running ones, no more
-    assert not any(label in reproduce.ANALYSIS for label in started)
+    assert not any(label in reproduce_plan.ANALYSIS for label in started)
 
 
 @pytest.mark.parametrize("reuse", [False, True])

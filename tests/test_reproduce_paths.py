@@ -7,18 +7,18 @@ import json
 import subprocess
 from pathlib import Path
 
-from whalekit import reproduce
+from whalekit import reproduce, reproduce_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _written(jobs: list[reproduce.Job]) -> list[Path]:
+def _written(jobs: list[reproduce_plan.Job]) -> list[Path]:
     return [p for job in jobs for p in job.expected] + [job.output for job in jobs]
 
 
 def test_smoke_writes_under_runs_smoke_and_figures_smoke(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # `make reproduce` runs from the checkout: relative defaults resolve there
-    jobs = reproduce.plan("smoke", domains=["toy"])
+    jobs = reproduce_plan.plan("smoke", domains=["toy"])
     figures, runs = (tmp_path / "figures" / "smoke").resolve(), (tmp_path / "runs" / "smoke").resolve()
     assert {job.parameters["figures"] for job in jobs} == {str(figures)}
     assert all(p.is_relative_to(figures) for job in jobs for p in job.expected)
@@ -28,7 +28,7 @@ def test_smoke_writes_under_runs_smoke_and_figures_smoke(tmp_path, monkeypatch):
 
 def test_the_cpu_preset_writes_the_committed_figures(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    jobs = reproduce.plan("cpu", domains=["chess"], methods=["whale"], grid=False)
+    jobs = reproduce_plan.plan("cpu", domains=["chess"], methods=["whale"], grid=False)
     assert {job.parameters["figures"] for job in jobs} == {str((tmp_path / "figures").resolve())}
     assert (tmp_path / "figures" / "fig2_best_so_far.png").resolve() in _written(jobs)
 
@@ -37,8 +37,8 @@ def test_no_smoke_output_lands_on_a_committed_figure(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     committed = subprocess.run(["git", "ls-files", "figures"], cwd=ROOT, capture_output=True, text=True).stdout.split()
     assert committed, "the checkout commits figures"
-    smoke = {str(p.relative_to(tmp_path.resolve())) for p in _written(reproduce.plan("smoke"))}
-    cpu = {str(p.relative_to(tmp_path.resolve())) for p in _written(reproduce.plan("cpu", grid=False))}
+    smoke = {str(p.relative_to(tmp_path.resolve())) for p in _written(reproduce_plan.plan("smoke"))}
+    cpu = {str(p.relative_to(tmp_path.resolve())) for p in _written(reproduce_plan.plan("cpu", grid=False))}
     assert not smoke & set(committed)
     assert cpu & set(committed)  # the check would see an overlap if there were one
 
@@ -48,5 +48,6 @@ def test_the_command_line_default_follows_the_preset(tmp_path, monkeypatch, caps
     assert reproduce.main(["--preset", "smoke", "--domains", "toy", "--dry-run"]) == 0
     parameters = [json.loads(line[line.index("{"):]) for line in capsys.readouterr().out.splitlines()]
     assert {p["figures"] for p in parameters} == {str((tmp_path / "figures" / "smoke").resolve())}
-    assert reproduce.figures_dir("smoke") == Path("figures/smoke") and reproduce.figures_dir("cpu") == Path("figures")
-    assert reproduce.figures_dir("/some/where/mine.yaml", "out") == Path("out/mine")
+    assert reproduce_plan.figures_dir("smoke") == Path("figures/smoke")
+    assert reproduce_plan.figures_dir("cpu") == Path("figures")
+    assert reproduce_plan.figures_dir("/some/where/mine.yaml", "out") == Path("out/mine")

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import pytest
 from run_fixtures import write_run
 
-from whalekit import figures, plots, reproduce, results, tables, viewer
+from whalekit import behaviour_plots, figures, plots, reproduce_plan, results, run_summaries, tables, viewer
 from whalekit.archive import Archive, archive_holding
 from whalekit.results import MixedRecordsError, UnfinishedRunError, export_run
 from whalekit.runs import RunDir
@@ -59,10 +59,10 @@ def test_a_record_gives_the_tables_of_its_run_directory(smoke):
 def test_a_record_gives_the_figures_inputs_of_its_run_directory(smoke):
     root, runs, records = smoke
     for run, record in zip(runs, records):
-        a, b = tables.load_run(run.root), tables.load_run(record)
+        a, b = run_summaries.load_run(run.root), run_summaries.load_run(record)
         assert a.evals == b.evals and a.selection_signals() == b.selection_signals()
         assert [a.problem_scores(e) for e in a.evals] == [b.problem_scores(e) for e in b.evals]
-        assert plots.behaviour_units([a]) == plots.behaviour_units([b])
+        assert behaviour_plots.behaviour_units([a]) == behaviour_plots.behaviour_units([b])
         assert plots.adaptive_cycles(a) == plots.adaptive_cycles(b)
     whale_run, whale_record = runs[0].root, records[0]
     accepted = RunDir(whale_run).events("run_end")[-1]["accepted_id"]
@@ -192,10 +192,10 @@ def test_records_made_by_other_code_are_refused_naming_them(records):
 def test_the_same_source_at_another_commit_is_refused_and_an_unknown_commit_is_not(records):
     root, folders = records
     _set_provenance(folders[1], git_commit="unknown")
-    assert len(tables.find_runs(root, "smoke")) == len(folders)
+    assert len(run_summaries.find_runs(root, "smoke")) == len(folders)
     _set_provenance(folders[3], git_commit="d" * 40)
     with pytest.raises(MixedRecordsError, match="adaptive-s0: source aaaaaaaaaaaa, commit dddddddddd"):
-        tables.find_runs(root, "smoke")
+        run_summaries.find_runs(root, "smoke")
 
 
 def test_figures_read_records_first_and_fall_back_to_runs_saying_so(records, tmp_path):
@@ -215,8 +215,8 @@ def test_the_figures_entry_point_writes_every_notebook_output_with_the_same_byte
     assert outputs[0] == outputs[1]
     pdfs = [data for path, data in outputs[0].items() if path.suffix == ".pdf"]
     assert pdfs and not any(b"CreationDate" in data for data in pdfs)  # the same bytes in any second, too
-    expected = {p.relative_to(tmp_path / "a") for notebook in reproduce.ANALYSIS
-                for p in reproduce.expected_outputs(notebook, tmp_path / "a", ["toy"], grid_domain="toy")}
+    expected = {p.relative_to(tmp_path / "a") for notebook in reproduce_plan.ANALYSIS
+                for p in reproduce_plan.expected_outputs(notebook, tmp_path / "a", ["toy"], grid_domain="toy")}
     assert expected <= set(outputs[0])
     assert {"table2_paired.md", "fig2_test_accuracy.png", "provenance.md"} <= {p.name for p in outputs[0]}
     note = outputs[0][next(p for p in outputs[0] if p.name == "provenance.md")].decode()

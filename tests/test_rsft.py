@@ -15,7 +15,9 @@ from whalekit.domains.toy import ToyDomain
 from whalekit.engine import InProcessHarness
 from whalekit.harness import FinalAnswer, GenerationSettings, Harness
 from whalekit.models import load_policy
-from whalekit.rsft import IGNORE_INDEX, RSFTConfig, RSFTTrainer, token_normalised_loss, training_sequences
+from whalekit.rsft import RSFTTrainer
+from whalekit.rsft_config import RSFTConfig
+from whalekit.rsft_loss import IGNORE_INDEX, token_normalised_loss, training_sequences
 from whalekit.types import Trajectory, Turn
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from whalekit.rsft import IGNORE_INDEX, training_sequences
+from whalekit.rsft_loss import IGNORE_INDEX, training_sequences
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "rsft_vs_trl.py"
 
@@ -39,7 +39,7 @@ def test_first_batch_loss_agrees_with_trl_to_1e4(bench, tiny_policy):
     assert abs(trl_loss - whalekit_loss) <= bench.TOLERANCE
     # The check can tell normalisations apart: a per-sequence mean of the same batch differs by more.
     from whalekit.models import load_model
-    from whalekit.rsft import token_normalised_loss
+    from whalekit.rsft_loss import token_normalised_loss
 
     model = load_model(tiny_policy.path)  # fresh: other tests train the shared sampler
     pad_id = tiny_policy.tokenizer.pad_token_id

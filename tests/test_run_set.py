@@ -11,20 +11,20 @@ from pathlib import Path
 import pytest
 from run_fixtures import write_run
 
+from whalekit import notebook_runner, reproduce, reproduce_plan
 from whalekit import provenance as prov
-from whalekit import reproduce
 from whalekit.results import record_path
 from whalekit.run_set import LEFT, OTHER_CODE, OTHER_CONFIG, RECORDED, Deadline, Records
 
 CPU = "Test CPU, AVX2, no native bf16"
 
 
-def _plan(tmp_path: Path, methods=("whale", "weight_only"), **kwargs) -> list[reproduce.Job]:
-    return reproduce.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"], methods=list(methods),
+def _plan(tmp_path: Path, methods=("whale", "weight_only"), **kwargs) -> list[reproduce_plan.Job]:
+    return reproduce_plan.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"], methods=list(methods),
                           grid=False, **kwargs)
 
 
-def _record(job: reproduce.Job, results: Path, source: str | None = None, cpu: str = CPU, wall_s: float = 100.0,
+def _record(job: reproduce_plan.Job, results: Path, source: str | None = None, cpu: str = CPU, wall_s: float = 100.0,
             **config_changes) -> Path:
     """A finished record of `job`'s run under `results`, made by `source` on `cpu`."""
     assert job.planned is not None
@@ -50,7 +50,7 @@ def _copy_export(run_dir: Path, results_root: Path) -> Path:
 
 
 def test_the_cpu_set_comes_in_tiers_seed_by_seed_with_the_zero_start_last(tmp_path):
-    jobs = reproduce.plan("cpu", tmp_path / "runs", tmp_path / "figures")
+    jobs = reproduce_plan.plan("cpu", tmp_path / "runs", tmp_path / "figures")
     runs = [j.planned for j in jobs if j.planned is not None]
     tiers = [r.tier for r in runs]
     assert tiers == sorted(tiers) and set(tiers) == {"a", "b", "c", "d"}
@@ -121,7 +121,7 @@ def test_a_chunk_skips_recorded_runs_exports_finished_ones_and_stops_at_the_dead
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("x")
 
-    monkeypatch.setattr(reproduce, "execute", fake_execute)
+    monkeypatch.setattr(notebook_runner, "execute", fake_execute)
     clock = [0.0]
     lines: list[str] = []
     # 1000 s per run on this CPU: a 0.5-hour chunk makes one run (1000 s), then none fits
@@ -134,11 +134,11 @@ def test_a_chunk_skips_recorded_runs_exports_finished_ones_and_stops_at_the_dead
         original(run)
 
     records.finished = finished_later  # type: ignore[method-assign]
-    reproduce.run_jobs(jobs, log=lines.append, watch_interval_s=0.01, records=records)
+    notebook_runner.run_jobs(jobs, log=lines.append, watch_interval_s=0.01, records=records)
     run_labels = [j.label for j in planned]
     assert planned[0].label not in executed, "a recorded run is not made again"
     assert executed.count(planned[1].label) == 1 and planned[2].label not in executed
-    assert not any(label.split()[0] in reproduce.ANALYSIS for label in executed), "analysis waits for the set"
+    assert not any(label.split()[0] in reproduce_plan.ANALYSIS for label in executed), "analysis waits for the set"
     assert records.stopped and any("--max-hours reached" in line for line in lines)
     assert (record_path(planned[1].planned.config, results) / "config.json").exists()
     status = (results / "smoke" / "STATUS.md").read_text()

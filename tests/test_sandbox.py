@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from whalekit import sandbox
-from whalekit.sandbox import SandboxLimits, SandboxUnavailable, run_python, sandbox_available
+from whalekit.python_tool import SandboxLimits, run_python
+from whalekit.sandbox import SandboxUnavailable, sandbox_available
 
 # Wall limits leave room for a loaded CI machine; CPU limits stay tight so loops end fast.
 FAST = SandboxLimits(wall_s=20, cpu_s=3, memory_mb=512, output_bytes=4000)

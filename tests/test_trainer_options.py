@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from whalekit.optim import BF16AdamW, stochastic_round_bf16
-from whalekit.rsft import RSFTConfig, resolve_backend, resolve_train_dtype
+from whalekit.rsft import resolve_backend, resolve_train_dtype
+from whalekit.rsft_config import RSFTConfig
 
 # --- weight dtype -------------------------------------------------------------------------
 

@@ -50,7 +50,8 @@ def _argmax_continuations(model, requests, completions) -> list[list[int]]:
 def _trainer(policy, lora: bool):
     from whalekit.budget import RolloutBudget
     from whalekit.domains.base import get_domain
-    from whalekit.rsft import RSFTConfig, RSFTTrainer
+    from whalekit.rsft import RSFTTrainer
+    from whalekit.rsft_config import RSFTConfig
 
     domain = get_domain("toy")
     tasks = domain.load_splits(n_train=4, n_search=0, n_test=0, seed=0).train

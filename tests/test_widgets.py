@@ -13,8 +13,9 @@ from run_fixtures import trajectory, write_run
 
 from whalekit import viewer, widgets
 from whalekit.archive import Archive
-from whalekit.reproduce import NoRunsError, preset_with_runs
-from whalekit.rsft import training_sequences
+from whalekit.reproduce_plan import preset_with_runs
+from whalekit.rsft_loss import training_sequences
+from whalekit.runs import NoRunsError
 from whalekit.types import Turn
 
 

@@ -19,7 +19,7 @@ from whalekit.budget import BudgetConfig
 from whalekit.methods import METHOD_NAMES as METHODS_ALL
 from whalekit.methods import SEARCH_CAPPED, SEARCH_METHODS, WEIGHT_METHODS
 from whalekit.presets import flatten, load_preset, missing_data_files
-from whalekit.rsft import RSFTConfig
+from whalekit.rsft_config import RSFTConfig
 from whalekit.runs import RunDir
 from whalekit.schedules import AdaptiveConfig, parse_schedule
 from whalekit.search import SearchConfig
@@ -144,7 +144,7 @@ def resolve_config(preset: str = "cpu", domain: str = "chess", method: str = "wh
     """Preset file values, then the domain's section, then explicit overrides."""
     data = load_preset(preset)
     domains = data.pop("domains", {})
-    for key in ("grid", "notes", "reproduce"):  # read by the CLI's grid and by whalekit.reproduce, not a run's
+    for key in ("grid", "notes", "reproduce"):  # read by the CLI's grid and by whalekit.reproduce_plan, not a run's
         data.pop(key, None)
     if domain not in domains:
         raise ValueError(f"preset {preset!r} has no section for domain {domain!r}; it has {sorted(domains)}")

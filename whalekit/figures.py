@@ -1,7 +1,7 @@
 """Every figure and table of a preset, regenerated from the committed records without a
 notebook: what `make figures` runs. It makes the same library calls as the analysis
 notebooks 03–07 (which stay the place to explore), in seconds, and the same records give
-the same bytes (whalekit.plots.save_figure writes no dates).
+the same bytes (whalekit.plot_style.save_figure writes no dates).
 
 Why: a committed figure must be regenerable from the repository alone (`results/`), and
 say which code and CPU made its runs (`provenance.md` beside the figures).
@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from whalekit import plots, tables
+from whalekit import behaviour_plots, plot_style, plots, run_summaries, tables
 from whalekit.archive import archive_holding
 from whalekit.presets import load_preset
 from whalekit.results import RESULTS_ROOT, check_same_code, choose_root
@@ -30,14 +30,14 @@ FIGURES_ROOT = Path("figures")
 
 def default_figures_dir(preset: str, root: str | Path = FIGURES_ROOT) -> Path:
     """The cpu preset's figures are the committed ones in `root`; every other preset's go
-    below `root/<preset name>/` (as whalekit.reproduce.figures_dir)."""
+    below `root/<preset name>/` (as whalekit.reproduce_plan.figures_dir)."""
     name = Path(preset).stem
     return Path(root) if name == "cpu" else Path(root) / name
 
 
 def main_comparison(root: Path, preset: str, out: Path) -> list[Path]:
     """Notebook 03: Table 2 (final, by sub-dataset, three points, paired) and Figures 1b and 2."""
-    runs = tables.main_runs(root, preset)
+    runs = run_summaries.main_runs(root, preset)
     if not runs:
         return []
     floors = tables.floor_scores(runs)  # chess: the random-legal-move floor per seed
@@ -56,8 +56,9 @@ def main_comparison(root: Path, preset: str, out: Path) -> list[Path]:
 
 def bottleneck(root: Path, preset: str, out: Path) -> list[Path]:
     """Notebook 04: Figure 3, one per domain."""
-    runs = tables.main_runs(root, preset)
-    return _save({f"fig3_bottleneck_{domain}": plots.bottleneck_figure([r for r in runs if r.domain == domain])
+    runs = run_summaries.main_runs(root, preset)
+    return _save({f"fig3_bottleneck_{domain}":
+                  behaviour_plots.bottleneck_figure([r for r in runs if r.domain == domain])
                   for domain in dict.fromkeys(r.domain for r in runs)}, out)
 
 
@@ -65,7 +66,7 @@ def schedule_grid(root: Path, preset: str, out: Path) -> list[Path]:
     """Notebook 05: Table 3 and Figure 4, when the preset has a grid and its runs exist."""
     if not load_preset(preset).get("grid"):
         return []
-    runs = tables.grid_runs(root, preset)
+    runs = run_summaries.grid_runs(root, preset)
     if not runs:
         return []
     table = tables.schedule_grid(root, preset, floors=tables.floor_scores(runs))
@@ -75,7 +76,7 @@ def schedule_grid(root: Path, preset: str, out: Path) -> list[Path]:
 
 def adaptive(root: Path, preset: str, out: Path) -> list[Path]:
     """Notebook 06: Figure 6, when adaptive runs exist."""
-    runs = tables.find_runs(root, preset, method="adaptive")
+    runs = run_summaries.find_runs(root, preset, method="adaptive")
     return _save({"fig6_adaptive": plots.adaptive_figure(runs)}, out) if runs else []
 
 
@@ -83,7 +84,7 @@ def harness_archive(root: Path, preset: str, out: Path) -> list[Path]:
     """Notebook 07: per WHALE run, the lineage of the accepted harness and its diff against
     the seed of the archive that proposed it (one file per domain: the last seed's)."""
     written: list[Path] = []
-    for run in [r for r in tables.main_runs(root, preset) if r.method == "whale"]:
+    for run in [r for r in run_summaries.main_runs(root, preset) if r.method == "whale"]:
         accepted = (run.end or {}).get("accepted_id")
         archive = archive_holding(run.path / "archive", run.domain, accepted, proposed=True) or archive_holding(
             run.path / "archive", run.domain, accepted)
@@ -102,7 +103,7 @@ def harness_archive(root: Path, preset: str, out: Path) -> list[Path]:
 def provenance_note(root: Path, preset: str, out: Path) -> Path:
     """`provenance.md`: which records the figures come from, the code that made them
     (version, source hash, commit, tag) and the CPU kinds and samplers they ran on."""
-    runs = tables.find_runs(root, preset)
+    runs = run_summaries.find_runs(root, preset)
     shared = check_same_code(runs)
     kinds = Counter(str((r.config.get("provenance") or {}).get("cpu_kind", "not recorded")) for r in runs)
     samplers = Counter(str((r.config.get("provenance") or {}).get("sampler", "not recorded")) for r in runs)
@@ -120,11 +121,11 @@ def provenance_note(root: Path, preset: str, out: Path) -> Path:
     return path
 
 
-def _save(figures: dict[str, plots.Figure], out: Path) -> list[Path]:
+def _save(figures: dict[str, plot_style.Figure], out: Path) -> list[Path]:
     written = []
     for stem, figure in figures.items():
-        written += plots.save_figure(figure, out / stem)
-        plots.plt.close(figure)
+        written += plot_style.save_figure(figure, out / stem)
+        plot_style.plt.close(figure)
     return written
 
 
@@ -137,7 +138,7 @@ def write_figures(root: str | Path, preset: str, out: str | Path) -> list[Path]:
     directories) into `out`; the paths written. Runs made by different code raise
     whalekit.results.MixedRecordsError before anything is drawn."""
     root, out = Path(root), Path(out)
-    if not tables.find_runs(root, preset):  # also the one-code-version check
+    if not run_summaries.find_runs(root, preset):  # also the one-code-version check
         raise NoRunsError(f"no finished runs under {root / Path(preset).stem}", preset)
     out.mkdir(parents=True, exist_ok=True)
     return [path for part in PARTS for path in part(root, preset, out)] + [provenance_note(root, preset, out)]

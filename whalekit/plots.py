@@ -1,13 +1,15 @@
 """The paper's figures, drawn with matplotlib from run directories or the committed
 records (whalekit.results; never from notebook outputs), so `results/` alone reproduces
-every figure.
+every figure: one run's curve, Figures 1b and 2 (accuracy), 4 (schedule grid), 6 (adaptive
+schedule) and the harness lineage. Figure 3 (behaviour) is `whalekit.behaviour_plots`; the
+look every figure shares (style, sizes, colours, saving) is `whalekit.plot_style`.
 
 Every figure uses the same colour per method (`whalekit.methods`), labels its axes with
 units ("rollouts", "test mean@8 (%)"), is sized for a paper column (readable at 100 %),
-and `save_figure` writes it as PNG and PDF.
+and `plot_style.save_figure` writes it as PNG and PDF.
 
     fig = accuracy_curve_figure(main_runs("runs", "cpu"))    # Figure 2: mean over seeds, 95 % band
-    save_figure(fig, "figures/fig2_test_accuracy")          # .png + .pdf
+    save_figure(fig, "figures/fig2_test_accuracy")          # .png + .pdf (whalekit.plot_style)
 
 Every figure says which of a run's numbers it shows (final, selected by the run's own
 signal, or best over evaluations = selected on test), draws h0 with the initial weights
@@ -16,102 +18,39 @@ as 0), draws 95 % bootstrap intervals (whalekit.stats) over seeds and test probl
 behaviour metric the unit of its kind in every domain (a yes/no flag in % of samples, a
 count as a mean per sample), leaves out constant panels and names them, fits colour scales
 to the data, and lays its text out with constrained layout so that no two labels overlap
-(`overlapping_texts` checks every figure in tests/test_plots.py).
+(`plot_style.overlapping_texts` checks every figure in tests/test_plots.py).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import textwrap
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from whalekit.methods import METHOD_COLOURS, METHOD_LABELS, METHOD_ORDER
-from whalekit.runs import read_jsonl_records
+from whalekit.methods import METHOD_LABELS, METHOD_ORDER
+from whalekit.plot_style import (
+    ABSENT_COLOUR,
+    COLUMN_WIDTH,
+    CONTROL_COLOUR,
+    FIGURE_RESAMPLES,
+    NOT_RUN,
+    PAGE_WIDTH,
+    PAPER_STYLE,
+    accuracy_label,
+    figure,
+    legend,
+    method_colour,
+    paper_style,
+    require,
+)
+from whalekit.run_summaries import DOMAIN_ORDER, RunSummary
 from whalekit.schedules import AdaptiveConfig
 from whalekit.stats import Interval, bootstrap_mean
-from whalekit.tables import (
-    DOMAIN_ORDER,
-    FLOOR_LABEL,
-    H0_LABEL,
-    POINT_LABELS,
-    RunSummary,
-    floor_interval,
-    initial_runs,
-    interval,
-    schedule_label,
-)
-
-PAPER_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
-               "xtick.labelsize": 7, "ytick.labelsize": 7, "lines.linewidth": 1.4, "axes.spines.top": False,
-               "axes.spines.right": False, "savefig.dpi": 200, "figure.dpi": 100}
-CONTROL_COLOUR = "#555555"  # h0 and the floor: not a method
-ABSENT_COLOUR = "#bbbbbb"  # hatching where a run was never made
-NOT_RUN = "not run"
-FIGURE_RESAMPLES = 1000  # bootstrap resamples per drawn interval (tables use stats.N_RESAMPLES)
-COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
-PAGE_WIDTH = 7.0
-
-
-def _paper_style(draw: Callable[..., Figure]) -> Callable[..., Figure]:
-    """Draw a figure under PAPER_STYLE (fonts, line widths, spines), whatever the
-    notebook's own matplotlib settings are. The interactive setting survives: the first
-    figure of a kernel resolves the inline backend, which turns interactive mode on, and
-    rc_context would turn it off again on exit, so re-running a cell would show nothing."""
-
-    @functools.wraps(draw)
-    def wrapper(*args: Any, **kwargs: Any) -> Figure:
-        import matplotlib
-
-        with plt.rc_context(PAPER_STYLE):  # type: ignore[arg-type]  # matplotlib types rc keys as Literals
-            figure = draw(*args, **kwargs)
-            interactive = matplotlib.is_interactive()
-        matplotlib.interactive(interactive)
-        return figure
-
-    return wrapper
-
-
-def method_colour(method: str) -> str:
-    return METHOD_COLOURS.get(method, "#000000")
-
-
-def accuracy_label(k: int) -> str:
-    return f"test mean@{k} (%)"
-
-
-# No creation date or software version in the files: the same records give the same bytes
-# (`make figures` on a fresh clone regenerates the committed figures exactly).
-SAVE_METADATA = {".png": {"Software": None}, ".pdf": {"Creator": None, "Producer": None, "CreationDate": None}}
-
-
-def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
-    """Write `stem`.png and `stem`.pdf (creating folders), byte for byte the same for the
-    same figure; returns both paths."""
-    stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [stem.parent / f"{stem.name}{kind}" for kind in SAVE_METADATA]
-    for path in paths:
-        fig.savefig(path, bbox_inches="tight", metadata=SAVE_METADATA[path.suffix])
-    return paths
-
-
-def _figure(n_panels: int, width: float = PAGE_WIDTH, height: float = 2.2, ncols: int | None = None,
-            sharey: bool = False) -> tuple[Figure, list[Any]]:
-    ncols = ncols or n_panels
-    nrows = -(-n_panels // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, height * nrows), squeeze=False, sharey=sharey,
-                             layout="constrained")
-    flat = list(axes.flat)
-    for extra in flat[n_panels:]:
-        extra.set_visible(False)
-    return fig, flat[:n_panels]
+from whalekit.tables import FLOOR_LABEL, H0_LABEL, POINT_LABELS, floor_interval, initial_runs, interval, schedule_label
 
 
 def _by_domain(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
@@ -119,18 +58,6 @@ def _by_domain(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
     for run in runs:
         groups.setdefault(run.domain, []).append(run)
     return dict(sorted(groups.items(), key=lambda kv: DOMAIN_ORDER.index(kv[0]) if kv[0] in DOMAIN_ORDER else 99))
-
-
-def _legend(fig: Figure, axes: list[Any]) -> None:
-    handles, labels = {}, []
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            if label not in handles:
-                handles[label] = handle
-                labels.append(label)
-    if handles:  # below the panels, in the space constrained layout makes for it
-        fig.legend([handles[lb] for lb in labels], labels, loc="outside lower center", ncol=min(4, len(labels)),
-                   frameon=False, fontsize=PAPER_STYLE["legend.fontsize"])
 
 
 def _not_run_note(runs: list[RunSummary], domain_runs: list[RunSummary]) -> str:
@@ -142,17 +69,12 @@ def _not_run_note(runs: list[RunSummary], domain_runs: list[RunSummary]) -> str:
     return "\n" + textwrap.fill(f"{NOT_RUN}: " + ", ".join(missing), 34) if missing else ""
 
 
-def _require(runs: list[RunSummary], what: str) -> None:
-    if not runs:
-        raise ValueError(f"{what}: no finished runs to plot")
-
-
 # -- one run (notebook 02) -------------------------------------------------------------
-@_paper_style
+@paper_style
 def run_curve_figure(run: RunSummary) -> Figure:
     """One run: test mean@k at every evaluation and the best so far, against rollouts,
     with the weight / harness stages shaded."""
-    fig, (ax,) = _figure(1, COLUMN_WIDTH, 2.4)
+    fig, (ax,) = figure(1, COLUMN_WIDTH, 2.4)
     xs = [e["rollouts"] for e in run.evals]
     colour = method_colour(run.method)
     for stage in run.of("stage_end"):
@@ -207,16 +129,16 @@ def _controls(ax: Any, runs: list[RunSummary], floor: Any = None) -> None:
             ax.axhline(100 * value.mean, ls=":", lw=0.8, color=CONTROL_COLOUR, label=FLOOR_LABEL)
 
 
-@_paper_style
+@paper_style
 def accuracy_curve_figure(runs: list[RunSummary], best_so_far: bool = False,
                          floors: dict[str, Any] | None = None) -> Figure:
     """Figure 2: test mean@k at each evaluation against cumulative rollouts, one panel per
     domain, one line per method: the mean over seeds with its 95 % bootstrap band over
     seeds × test problems; h0 with the initial weights dashed. `best_so_far` draws the
     paper's best-so-far curve instead, which selects on test (and says so)."""
-    _require(runs, "Figure 2")
+    require(runs, "Figure 2")
     groups = _by_domain(runs)
-    fig, axes = _figure(len(groups), ncols=min(3, len(groups)), height=2.4)
+    fig, axes = figure(len(groups), ncols=min(3, len(groups)), height=2.4)
     for ax, (domain, domain_runs) in zip(axes, groups.items()):
         for method in METHOD_ORDER:
             group = [r for r in domain_runs if r.method == method]
@@ -236,7 +158,7 @@ def accuracy_curve_figure(runs: list[RunSummary], best_so_far: bool = False,
             else "at each evaluation (last: after the whole budget)")
     fig.suptitle(f"test mean@{runs[0].k} {what}; mean over seeds, band: 95 % interval over seeds × problems",
                  fontsize=PAPER_STYLE["axes.titlesize"])
-    _legend(fig, axes)
+    legend(fig, axes)
     return fig
 
 
@@ -245,16 +167,16 @@ def best_so_far_figure(runs: list[RunSummary], floors: dict[str, Any] | None = N
     return accuracy_curve_figure(runs, best_so_far=True, floors=floors)
 
 
-@_paper_style
+@paper_style
 def accuracy_bars_figure(runs: list[RunSummary], point: str = "final", floors: dict[str, Any] | None = None) -> Figure:
     """Figure 1b: test mean@k at `point` (final | selected | best) per method and domain as
     grouped bars: the mean over seeds with its 95 % interval (error bar), each seed a dot,
     a method without a finished run marked "no run" (never a bar of 0); h0 with the initial
     weights as a dashed segment over each domain (the floor dotted, when given)."""
-    _require(runs, "Figure 1b")
+    require(runs, "Figure 1b")
     groups = _by_domain(runs)
     methods = [m for m in METHOD_ORDER if any(r.method == m for r in runs)]
-    fig, (ax,) = _figure(1, PAGE_WIDTH, 2.6)
+    fig, (ax,) = figure(1, PAGE_WIDTH, 2.6)
     width = 0.8 / len(methods)
     for i, (domain, domain_runs) in enumerate(groups.items()):
         for j, method in enumerate(methods):
@@ -284,127 +206,13 @@ def accuracy_bars_figure(runs: list[RunSummary], point: str = "final", floors: d
     ax.set_ylabel(accuracy_label(runs[0].k))
     ax.set_title(POINT_LABELS[point].format(k=runs[0].k) + "\nbars: mean over seeds, error bars: 95 % interval, "
                  f"dots: seeds, hatched: {NOT_RUN}")
-    _legend(fig, [ax])
+    legend(fig, [ax])
     return fig
 
 
 def best_accuracy_figure(runs: list[RunSummary], floors: dict[str, Any] | None = None) -> Figure:
     """The paper's Figure 1b (best over evaluations, which selects on test), labelled as such."""
     return accuracy_bars_figure(runs, "best", floors)
-
-
-# -- bottleneck (notebook 04) ----------------------------------------------------------
-def behaviour_keys(runs: list[RunSummary]) -> list[str]:
-    keys: list[str] = []
-    for run in runs:
-        for e in run.evals:
-            keys.extend(k for k in e.get("behaviour", {}) if k not in keys)
-    return keys
-
-
-RATE_UNIT, COUNT_UNIT = "% of test samples", "mean per sample"
-# Counts and scores of the built-in domains, for runs whose trajectories are not on disk
-COUNT_METRICS = frozenset({"turns", "generated_tokens", "tool_calls", "tool_errors", "searches", "model_searches",
-                           "documents_retrieved", "format_errors", "solver_moves_correct", "illegal_attempts",
-                           "unreadable_attempts", "f1"})
-
-
-def behaviour_units(runs: list[RunSummary]) -> dict[str, str]:
-    """Per behaviour metric, its unit: a yes/no flag (every per-sample value a bool in the
-    runs' test trajectories) is a rate, in % of test samples; a count (turns, tokens, tool
-    calls) or a score is a mean per sample, whatever its values. Decided by the kind of
-    flag, not by its values, so a metric has the same unit in every domain and figure.
-    Runs without trajectories on disk fall back to COUNT_METRICS, then to "all values
-    within 0–1 is a rate"."""
-    kinds: dict[str, set[bool]] = {}
-    for run in runs:
-        for path in sorted((run.path / "test").glob("eval-*.jsonl"))[:1]:
-            for record in read_jsonl_records(path):
-                for key, value in record.get("flags", {}).items():
-                    if isinstance(value, (bool, int, float)):
-                        kinds.setdefault(key, set()).add(isinstance(value, bool))
-    units = {}
-    for metric in behaviour_keys(runs):
-        if metric in kinds:
-            units[metric] = RATE_UNIT if kinds[metric] == {True} else COUNT_UNIT
-        elif metric in COUNT_METRICS:
-            units[metric] = COUNT_UNIT
-        else:
-            values = [e["behaviour"][metric] for r in runs for e in r.evals if metric in e.get("behaviour", {})]
-            units[metric] = RATE_UNIT if all(0.0 <= v <= 1.0 for v in values) else COUNT_UNIT
-    return units
-
-
-def behaviour_curve(runs: list[RunSummary], metric: str) -> tuple[list[int], list[Interval]]:
-    """One method's behaviour metric over seeds, as `accuracy_curve` does for accuracy: at
-    every rollout count where a seed evaluated, each seed's latest value, their mean and
-    the 95 % bootstrap interval over seeds (a point, not a band, with one seed)."""
-    xs = sorted({int(e["rollouts"]) for run in runs for e in run.evals if metric in e.get("behaviour", {})})
-    curve = []
-    for x in xs:
-        per_seed = []
-        for run in runs:
-            seen = [e for e in run.evals if int(e["rollouts"]) <= x and metric in e.get("behaviour", {})]
-            if seen:
-                per_seed.append([float(seen[-1]["behaviour"][metric])])
-        curve.append(bootstrap_mean(per_seed, FIGURE_RESAMPLES))
-    return xs, curve
-
-
-@_paper_style
-def bottleneck_figure(runs: list[RunSummary], metrics: list[str] | None = None) -> Figure:
-    """Figure 3 (one domain): each behaviour metric against rollouts, one line per method
-    (the mean over seeds, with a 95 % band over seeds where there are several), a star at
-    each run's best test accuracy. Units follow the kind of metric (`behaviour_units`):
-    the panel's title names the metric, its y-axis the unit. A metric that is constant over
-    every run and evaluation gets no panel; the suptitle lists it with its value."""
-    _require(runs, "Figure 3")
-    metrics = metrics or behaviour_keys(runs)
-    if not metrics:
-        raise ValueError("Figure 3: the runs' test evaluations carry no behaviour metrics")
-    units = behaviour_units(runs)
-    scale = {m: 100.0 if units.get(m) == RATE_UNIT else 1.0 for m in metrics}
-    values = {m: {e["behaviour"][m] for r in runs for e in r.evals if m in e.get("behaviour", {})} for m in metrics}
-    constant = [m for m in metrics if len(values[m]) <= 1]
-    drawn = [m for m in metrics if m not in constant] or metrics[:1]
-    constant = [m for m in constant if m not in drawn]
-    fig, axes = _figure(len(drawn), ncols=min(3, len(drawn)))
-    for ax, metric in zip(axes, drawn):
-        for method in METHOD_ORDER + tuple(sorted({r.method for r in runs} - set(METHOD_ORDER))):
-            group = [r for r in runs if r.method == method]
-            xs, curve = behaviour_curve(group, metric)
-            if not xs:
-                continue
-            colour = method_colour(method)
-            ax.plot(xs, [scale[metric] * c.mean for c in curve], "-", color=colour,
-                    label=METHOD_LABELS.get(method, method))
-            if len(group) > 1:
-                ax.fill_between(xs, [scale[metric] * c.low for c in curve], [scale[metric] * c.high for c in curve],
-                                color=colour, alpha=0.15, lw=0)
-            for run in group:
-                best = run.best
-                if metric in best.get("behaviour", {}):
-                    ax.plot(best["rollouts"], scale[metric] * best["behaviour"][metric], "*", color=colour, ms=8,
-                            markeredgecolor="black", markeredgewidth=0.4)
-        ax.set_title(metric.replace("_", " "))
-        ax.set_xlabel("rollouts")
-        ax.set_ylabel(units.get(metric, COUNT_UNIT))
-    seeds = max(len({r.seed for r in runs if r.method == m}) for m in {r.method for r in runs})
-    title = f"{runs[0].domain}: behaviour on the test split (★ = each run's best test accuracy, selected on test)"
-    if seeds > 1:
-        title += "\nlines: mean over seeds, band: 95 % interval over seeds"
-    if constant:
-        shown = [f"{m.replace('_', ' ')} = {_unit_value(next(iter(values[m])), units.get(m, COUNT_UNIT))}"
-                 for m in constant]
-        lines = [", ".join(shown[i:i + 3]) for i in range(0, len(shown), 3)]
-        title += "\nconstant in every run, not drawn: " + ",\n".join(lines)
-    fig.suptitle(title, fontsize=PAPER_STYLE["axes.titlesize"])
-    _legend(fig, axes)
-    return fig
-
-
-def _unit_value(value: float, unit: str) -> str:
-    return f"{100 * value:g} %" if unit == RATE_UNIT else f"{value:g} per sample"
 
 
 # -- schedule grid (notebook 05) -------------------------------------------------------
@@ -419,15 +227,15 @@ def schedule_colours(labels: list[str]) -> dict[str, Any]:
     return colours
 
 
-@_paper_style
+@paper_style
 def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
     """Figure 4: per schedule, test mean@k at each evaluation against rollouts (mean over
     seeds; left) and the final test mean@k with its 95 % interval (bars) beside the best
     over evaluations (diamonds, selected on test; right); h0 dashed in both."""
-    _require(runs, "Figure 4")
+    require(runs, "Figure 4")
     labels = list(dict.fromkeys(schedule_label(r) for r in runs))
     colours = schedule_colours(labels)
-    fig, (left, right) = _figure(2, PAGE_WIDTH, 2.6)
+    fig, (left, right) = figure(2, PAGE_WIDTH, 2.6)
     for label in labels:
         xs, curve = accuracy_curve([r for r in runs if schedule_label(r) == label])
         left.plot(xs, [100 * c.mean for c in curve], drawstyle="steps-post", color=colours[label], label=label)
@@ -451,7 +259,7 @@ def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
     right.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
     right.set_ylabel(accuracy_label(runs[0].k))
     right.set_title("bars: final (after the whole budget), 95 % interval")
-    _legend(fig, [left, right])
+    legend(fig, [left, right])
     return fig
 
 
@@ -474,12 +282,12 @@ def adaptive_cycles(run: RunSummary) -> list[dict[str, Any]]:
     return cycles
 
 
-@_paper_style
+@paper_style
 def adaptive_figure(runs: list[RunSummary]) -> Figure:
     """Figure 6: per cycle, epochs of RSFT (bars, left axis) and search iterations
     (points, right axis); dashed lines at the adaptive rule's minimum stage lengths."""
-    _require(runs, "Figure 6")
-    fig, axes = _figure(len(runs), ncols=min(3, len(runs)))
+    require(runs, "Figure 6")
+    fig, axes = figure(len(runs), ncols=min(3, len(runs)))
     colour = method_colour("adaptive")
     twins: list[Any] = []
     for ax, run in zip(axes, runs):
@@ -507,7 +315,7 @@ def adaptive_figure(runs: list[RunSummary]) -> Figure:
         twin.set_ylim(0, max([c["iterations"] for c in cycles] + [adaptive.get("min_search_iterations", 1)]) + 1)
         ax.set_ylim(0, max([c["epochs"] for c in cycles] + [min_epochs]) * 1.25)
         twins.append(twin)
-    _legend(fig, axes[:1] + twins[:1])
+    legend(fig, axes[:1] + twins[:1])
     return fig
 
 
@@ -535,7 +343,7 @@ def lineage_layout(parents: dict[str, str | None]) -> dict[str, tuple[float, flo
     return position
 
 
-@_paper_style
+@paper_style
 def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = "") -> Figure:
     """The archive as a tree: parent → child, each candidate coloured by its search
     score at the newest weights version it was scored at (grey: never scored), the path
@@ -551,7 +359,7 @@ def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = ""
         path.add(node)
         node = parents.get(node)
     height = max(2.0, 0.22 * (1 + max(y for _, y in position.values())))
-    fig, (ax,) = _figure(1, COLUMN_WIDTH * 1.4, min(height, 9.0))
+    fig, (ax,) = figure(1, COLUMN_WIDTH * 1.4, min(height, 9.0))
     for child, parent in parents.items():
         if parent in position:
             on_path = child in path and parent in path
@@ -589,35 +397,3 @@ def fitted_range(values: list[float], step: float = 5.0) -> tuple[float, float]:
     if high - low < step:
         low, high = low - step / 2, high + step / 2
     return max(0.0, low), min(100.0, max(high, low + step))
-
-
-# -- layout check ------------------------------------------------------------------------
-def overlapping_texts(fig: Figure) -> list[tuple[str, str]]:
-    """Pairs of texts drawn on top of each other when `fig` is rendered (titles, labels,
-    tick labels, legend entries, annotations): empty for a readable figure. Only the
-    texts the renderer actually draws count (ticks outside the view are not drawn)."""
-    from matplotlib.text import Text
-
-    drawn: list[Text] = []
-    original = Text.draw
-
-    def record(self: Text, renderer: Any) -> None:
-        if self.get_visible() and self.get_text().strip():
-            drawn.append(self)
-        original(self, renderer)
-
-    Text.draw = record  # type: ignore[method-assign, assignment]
-    try:
-        fig.canvas.draw()
-    finally:
-        Text.draw = original  # type: ignore[method-assign]
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-    boxes = [(t, t.get_window_extent(renderer)) for t in dict.fromkeys(drawn)]
-    pairs = []
-    for i, (a, box_a) in enumerate(boxes):
-        for b, box_b in boxes[i + 1:]:
-            # 0.5 px of slack: touching is not overlapping
-            if (min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0) > 0.5
-                    and min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0) > 0.5):
-                pairs.append((a.get_text(), b.get_text()))
-    return pairs

@@ -20,7 +20,7 @@ No checkpoints, no archive trajectories. The figures refuse records made by othe
 (`check_same_code`): a set is made at one commit and re-made as a whole when code changes.
 
     record = export_run(Path("runs/cpu/math/whale-0.6,6-s0"))   # -> results/cpu/math/whale-0.6,6-s0
-    check_same_code(tables.find_runs("results", "cpu"))         # MixedRecordsError naming the odd ones
+    check_same_code(run_summaries.find_runs("results", "cpu"))  # MixedRecordsError naming the odd ones
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class MixedRecordsError(ValueError):
     """The records behind one set of figures were made by different code."""
 
 
-class _Run(Protocol):  # a tables.RunSummary, or anything else with a folder and its config
+class _Run(Protocol):  # a run_summaries.RunSummary, or anything else with a folder and its config
     path: Path
     config: dict[str, Any]
 

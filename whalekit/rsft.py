@@ -3,7 +3,9 @@
 For each batch of training problems: sample G trajectories per problem with the
 sampler's weights as they were at the batch's start (the behaviour policy), keep those
 the verifier accepts, take one optimiser step of supervised learning on the target model
-with the loss on generated tokens only, then sync the new weights to the sampler.
+with the loss on generated tokens only, then sync the new weights to the sampler. Its
+settings and records are in `whalekit.rsft_config`; the sequences it trains on and their
+loss in `whalekit.rsft_loss`.
 
     trainer = RSFTTrainer(policy, domain, splits.train, RSFTConfig(), budget)
     records = trainer.train(InProcessHarness(h0_source), epochs=0.2)
@@ -15,7 +17,6 @@ import importlib
 import importlib.util
 import json
 import logging
-import math
 import os
 import random
 import shutil
@@ -23,7 +24,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,154 +32,16 @@ from whalekit.budget import RolloutBudget
 from whalekit.domains.base import Domain
 from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, rollout
 from whalekit.models import load_model
+from whalekit.rsft_config import BACKENDS, TRAIN_DTYPES, BatchRecord, RSFTConfig, TrainerState, check_choice
+from whalekit.rsft_loss import token_normalised_loss, training_sequences
 from whalekit.samplers.vllm import cpu_has_native_bf16
 from whalekit.samplers.vllm_sync import shared_memory_dir
 from whalekit.seams import AdapterSampler, PolicyLike
 from whalekit.timing import phase
 from whalekit.types import Task, Trajectory
 
-IGNORE_INDEX = -100
-TRAIN_DTYPES = ("auto", "float32", "bfloat16")
-BACKENDS = ("peft", "unsloth", "auto")
 UNSLOTH_HINT = "pip install 'whalekit[gpu]' (CUDA Linux machines)"
 log = logging.getLogger(__name__)
-
-
-def _check_choice(field: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{field} {value!r}: use one of {', '.join(choices)}")
-
-
-@dataclass
-class RSFTConfig:
-    batch_problems: int = 8  # training problems per sampled batch
-    samples_per_problem: int = 8  # G: trajectories sampled per problem
-    learning_rate: float = 2e-4  # peak learning rate (AdamW)
-    warmup_steps: int = 2  # linear warm-up, then constant: WHALE calls the trainer in short stages
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    # Accepted trajectories per optimiser step and data-parallel rank: one step covers
-    # minibatch_trajectories x data_parallel of them, ceil(accepted / that) steps per sampled
-    # batch, as the authors' online RSFT (sft_mini_batch_size 64 on each rank); 0 = one step
-    # per sampled batch.
-    minibatch_trajectories: int = 64
-    # Data-parallel ranks the authors' trainer split a batch across (their launchers' trainer
-    # GPUs); whalekit trains on one device, so only the global mini-batch size follows from it.
-    data_parallel: int = 1
-    micro_batch_sequences: int = 8  # sequences per forward pass; gradients accumulate over a mini-batch
-    max_seq_len: int = 1024  # a turn longer than this (prompt + completion) is dropped from training, and counted
-    lora: bool = True  # LoRA via peft; False = full fine-tuning
-    lora_r: int = 16
-    lora_alpha: int = 32
-    bf16_autocast: bool = True  # used only where the CPU/GPU supports bf16
-    # Trainer weights: "auto" = bfloat16 on CUDA (full fine-tuning of 2B/4B models fits next to
-    # vLLM; bf16 parameters are updated with stochastic rounding, see BF16AdamW), float32 on CPU.
-    train_dtype: str = "auto"  # auto | float32 | bfloat16
-    # LoRA backend: "peft"; "unsloth" (FastLanguageModel; CUDA only, `pip install whalekit[gpu]`);
-    # "auto" = unsloth where it imports and CUDA is present, else peft with one logged warning.
-    backend: str = "peft"  # peft | unsloth | auto
-    temperature: float = 1.0  # behaviour-policy sampling temperature
-    top_p: float = 1.0  # behaviour-policy nucleus mass
-    top_k: int = 20  # behaviour-policy top-k (the authors' 20); 0 disables top-k
-    max_context_tokens: int = 4096  # engine limit per episode
-    reward_window: int = 4  # batches in the sliding-window mean training reward
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if min(self.batch_problems, self.samples_per_problem, self.micro_batch_sequences, self.max_seq_len) <= 0:
-            raise ValueError("RSFTConfig sizes must be positive")
-        if self.minibatch_trajectories < 0:
-            raise ValueError("minibatch_trajectories must be >= 0 (0: one optimiser step per sampled batch)")
-        if self.data_parallel < 1:
-            raise ValueError("data_parallel must be >= 1")
-        if self.learning_rate <= 0 or self.reward_window <= 0:
-            raise ValueError("learning_rate and reward_window must be positive")
-        if self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise ValueError("top_k must be >= 0 (0 disables it) and top_p in (0, 1]")
-        _check_choice("train_dtype", self.train_dtype, TRAIN_DTYPES)
-        _check_choice("backend", self.backend, BACKENDS)
-        if self.backend == "unsloth" and not self.lora:
-            raise ValueError("backend='unsloth' accelerates LoRA here; set lora=true or backend='peft'")
-
-
-@dataclass
-class BatchRecord:
-    """What one RSFT batch did; the adaptive schedule windows `reward` over its stage."""
-
-    step: int  # optimiser steps taken after this batch
-    policy_version: int  # sampler weights version that produced the batch (behaviour policy)
-    harness_id: str
-    epoch_position: float  # problems consumed so far / training-set size
-    sampled: int
-    accepted: int
-    reward: float  # accepted fraction of this batch
-    reward_window_mean: float
-    loss: float | None  # token-normalised loss (None when nothing was accepted)
-    trained_tokens: int
-    dropped_turns: int  # accepted turns longer than max_seq_len
-    sample_seconds: float
-    train_seconds: float
-
-
-@dataclass
-class TrainerState:
-    problems_seen: int = 0  # cursor into the epoch-wise shuffled training set
-    step: int = 0
-    batches: int = 0
-    rewards: list[float] = field(default_factory=list)
-    sampled: int = 0  # rollouts this trainer has charged to the budget, for reconciling after a kill
-
-
-def training_sequences(trajectory: Trajectory, max_seq_len: int) -> tuple[list[tuple[list[int], list[int]]], int]:
-    """(input_ids, labels) per turn, labels = IGNORE_INDEX on prompt tokens (system, user,
-    tool results, the harness's prefill) and the sampled ids on completion tokens.
-    Returns the sequences and how many turns were dropped for length."""
-    sequences, dropped = [], 0
-    for turn in trajectory.turns:
-        if not turn.completion_ids:
-            continue
-        ids = list(turn.prompt_ids) + list(turn.completion_ids)
-        if len(ids) > max_seq_len:
-            dropped += 1
-            continue
-        labels = [IGNORE_INDEX] * len(turn.prompt_ids) + list(turn.completion_ids)
-        sequences.append((ids, labels))
-    return sequences, dropped
-
-
-def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]]], micro_batch: int,
-                          pad_id: int, autocast: bool = False, backward: bool = True) -> tuple[float, int]:
-    """Sum of next-token cross-entropy over all generated tokens of the batch, divided by
-    their count, so a long trajectory weighs per token, not per sequence. Gradients
-    accumulate across micro-batches (when `backward`). Returns (loss, token count)."""
-    import torch
-    import torch.nn.functional as F
-
-    total_tokens = sum(sum(1 for x in labels[1:] if x != IGNORE_INDEX) for _, labels in sequences)
-    if total_tokens == 0:
-        return 0.0, 0
-    device = next(model.parameters()).device
-    loss_sum = 0.0
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
-    for start in range(0, len(order), micro_batch):
-        chunk = [sequences[i] for i in order[start:start + micro_batch]]
-        width = max(len(ids) for ids, _ in chunk)
-        input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        labels = torch.full((len(chunk), width), IGNORE_INDEX, dtype=torch.long)
-        attention = torch.zeros((len(chunk), width), dtype=torch.long)
-        for row, (ids, lab) in enumerate(chunk):  # right padding: positions stay 0..n-1
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            labels[row, : len(lab)] = torch.tensor(lab)
-            attention[row, : len(ids)] = 1
-        input_ids, labels, attention = input_ids.to(device), labels.to(device), attention.to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            logits = model(input_ids=input_ids, attention_mask=attention).logits
-        loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
-                               ignore_index=IGNORE_INDEX, reduction="sum") / total_tokens
-        if backward:
-            loss.backward()
-        loss_sum += loss.item()
-    return loss_sum, total_tokens
 
 
 def bf16_supported() -> bool:
@@ -193,7 +56,7 @@ def resolve_train_dtype(name: str, device_type: str, bf16_ok: bool = True) -> st
     """The trainer's weight dtype: "auto" is bfloat16 on a CUDA device that supports it
     (full fine-tuning of 2B/4B models beside vLLM), float32 elsewhere (CPU: exact, and
     bf16 matmuls are slow without AMX)."""
-    _check_choice("train_dtype", name, TRAIN_DTYPES)
+    check_choice("train_dtype", name, TRAIN_DTYPES)
     if name != "auto":
         return name
     return "bfloat16" if device_type == "cuda" and bf16_ok else "float32"
@@ -203,7 +66,7 @@ def resolve_backend(requested: str, lora: bool, cuda: bool) -> str:
     """"peft" or "unsloth". unsloth is imported lazily and only where it can run (CUDA);
     "auto" falls back to peft with one logged warning, an explicit "unsloth" that cannot
     run is an ImportError saying how to install it."""
-    _check_choice("backend", requested, BACKENDS)
+    check_choice("backend", requested, BACKENDS)
     if requested == "peft" or not lora:  # unsloth accelerates the LoRA path only
         return "peft"
     why = None
@@ -497,7 +360,3 @@ def _merged_weight(module: Any) -> Any:
         return torch.addmm(weight, lora_b.weight, lora_a.weight, alpha=module.scaling["default"])
     delta = module.get_delta_weight("default")  # on every LoRA layer type
     return weight + delta.to(weight.dtype)
-
-
-def mean_reward(records: list[BatchRecord]) -> float:
-    return sum(r.accepted for r in records) / max(1, sum(r.sampled for r in records)) if records else math.nan

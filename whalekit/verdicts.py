@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from whalekit import tables
+from whalekit import run_summaries, tables
 from whalekit.methods import METHOD_LABELS
+from whalekit.run_summaries import RunSummary
 from whalekit.stats import N_RESAMPLES, Interval, paired_difference
-from whalekit.tables import RunSummary, interval
+from whalekit.tables import interval
 
 HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive at this size", "not yet measured"
 ZERO_START_SUFFIX = "-h0_faithful"
@@ -75,7 +76,7 @@ def compare(treatment: Sequence[RunSummary], baseline: Sequence[RunSummary],
 
 def _domains(runs: Sequence[RunSummary]) -> list[str]:
     found = {r.domain for r in runs}
-    return [d for d in tables.DOMAIN_ORDER if d in found] + sorted(found - set(tables.DOMAIN_ORDER))
+    return [d for d in run_summaries.DOMAIN_ORDER if d in found] + sorted(found - set(run_summaries.DOMAIN_ORDER))
 
 
 def claim_table(claim: Claim, runs: Sequence[RunSummary], domains: Sequence[str], seeds: int,
@@ -158,8 +159,8 @@ def zero_start_table(runs: Sequence[RunSummary], domains: Sequence[str], n_resam
 def results_markdown(results_root: Path, preset: str = "cpu", seeds: int = 3,
                      n_resamples: int = N_RESAMPLES) -> str:
     """docs/results.md: every claim's verdict from the finished records under results_root."""
-    everything = tables.find_runs(results_root, preset)
-    main = tables.main_runs(results_root, preset)
+    everything = run_summaries.find_runs(results_root, preset)
+    main = run_summaries.main_runs(results_root, preset)
     zero = [r for r in everything if r.name.endswith(ZERO_START_SUFFIX)]
     domains = _domains(everything) or ["chess", "math", "searchqa"]
     commits = sorted({str((r.config.get("provenance") or {}).get("git_commit", "unknown"))[:12] for r in everything})
@@ -181,7 +182,7 @@ def results_markdown(results_root: Path, preset: str = "cpu", seeds: int = 3,
     for claim in CLAIMS:
         lines += claim_table(claim, main, domains, seeds, n_resamples)
     lines += bottleneck_table(main, domains, n_resamples)
-    lines += grid_table(tables.grid_runs(results_root, preset) if everything else [], n_resamples)
+    lines += grid_table(run_summaries.grid_runs(results_root, preset) if everything else [], n_resamples)
     lines += zero_start_table(zero, domains, n_resamples)
     return "\n".join(lines)
 

@@ -20,6 +20,7 @@ from whalekit import widgets
 from whalekit.archive import Archive, archive_folders, archive_holding
 from whalekit.model_files import load_tokenizer, resolve_model_dir
 from whalekit.results import record_examples
+from whalekit.run_summaries import default_run_name
 from whalekit.runs import NoRunsError, RunDir
 from whalekit.types import Trajectory
 
@@ -74,8 +75,6 @@ def source_harness(run_root: str | Path, source: str) -> str | None:
 def run_rank(run_root: str | Path) -> tuple[bool, bool, bool, bool, bool]:
     """How informative a run is to open on (higher first): a WHALE run, finished, its
     search changed the harness, it solved some test problem, the preset's main schedule."""
-    from whalekit.tables import default_run_name
-
     run = RunDir(run_root)
     config = run.config()
     evals = run.events("test_eval")

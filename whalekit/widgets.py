@@ -25,7 +25,7 @@ import re
 from typing import Any
 
 from whalekit.archive import normalise_source
-from whalekit.rsft import training_sequences
+from whalekit.rsft_loss import training_sequences
 from whalekit.types import Trajectory
 
 ROLE_COLOURS = {"system": "#F2F2F2", "user": "#EAF2FB", "assistant": "#FFFFFF"}
@@ -98,7 +98,7 @@ def token_pieces(tokenizer: Any, ids: list[int]) -> list[tuple[list[int], str, b
 
 def trained_turns(trajectory: Trajectory, accepted: bool | None = None, max_seq_len: int = 1024) -> list[bool]:
     """Per turn: are its completion tokens part of RSFT's training batch? Exactly the rule
-    of `whalekit.rsft.training_sequences`: the trajectory was accepted (default: the
+    of `whalekit.rsft_loss.training_sequences`: the trajectory was accepted (default: the
     verifier judged it correct), the turn generated tokens, and prompt + completion fit
     in `max_seq_len`."""
     accepted = trajectory.correct if accepted is None else accepted
@@ -232,7 +232,7 @@ def show_diff(archive: Any, candidate_id: str, parent_id: str | None = None) -> 
 def widgets_available() -> bool:
     """True when ipywidgets imports and a Jupyter kernel runs us, unless the run is
     headless: a kernel cannot see whether a front end is attached, so headless drivers
-    (`whalekit.reproduce`, the notebook tests) set WHALEKIT_HEADLESS=1 for the kernels
+    (`whalekit.notebook_runner`, the notebook tests) set WHALEKIT_HEADLESS=1 for the kernels
     they start."""
     if os.environ.get(HEADLESS_ENV, "") not in ("", "0"):
         return False

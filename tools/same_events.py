@@ -1,0 +1,66 @@
+"""Do two run directories hold the same run? Compares their `events.jsonl` line by line with
+every wall-clock field left out, so a refactor that should not change behaviour can be shown
+not to (issue #29: "a run's events are identical before and after").
+
+What is left out is time and nothing else: `timing`, `wall_s` and any `*_seconds` field. Every
+other field (rollouts, rewards, losses, accepted counts, harness ids, behaviour, prompt-cache
+counts) must be equal, and so must the number and order of the events.
+
+    python tools/same_events.py RUN_DIR_BEFORE RUN_DIR_AFTER [RUN_DIR_BEFORE RUN_DIR_AFTER ...]
+
+Exit status 0 when every pair matches; 1 with the first differing event of each pair otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+TIME_FIELDS = frozenset({"timing", "wall_s"})
+
+
+def timeless(value: Any) -> Any:
+    """`value` with every wall-clock field removed, at any depth."""
+    if isinstance(value, dict):
+        return {k: timeless(v) for k, v in value.items() if k not in TIME_FIELDS and not k.endswith("_seconds")}
+    if isinstance(value, list):
+        return [timeless(v) for v in value]
+    return value
+
+
+def events(run_dir: Path) -> list[Any]:
+    path = run_dir / "events.jsonl"
+    if not path.exists():
+        raise SystemExit(f"{path}: no events file (is {run_dir} a run directory?)")
+    return [timeless(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+
+
+def first_difference(before: list[Any], after: list[Any]) -> str | None:
+    """None when the two event lists are equal, else a description of the first difference."""
+    for index, (a, b) in enumerate(zip(before, after)):
+        if a != b:
+            keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)) if isinstance(a, dict) else []
+            return f"event {index} ({a.get('event') if isinstance(a, dict) else '?'}) differs in {keys}"
+    if len(before) != len(after):
+        return f"{len(before)} events before, {len(after)} after"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or len(argv) % 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    failed = 0
+    for before, after in zip(argv[::2], argv[1::2]):
+        a, b = events(Path(before)), events(Path(after))
+        difference = first_difference(a, b)
+        print(f"{before} vs {after}: {len(a)} events, " + ("identical without time fields" if difference is None
+                                                            else f"DIFFERENT: {difference}"))
+        failed += difference is not None
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,105 @@
+"""RSFT's settings and records: what a weight phase is asked to do (`RSFTConfig`, every
+field checked when it is made), what each sampled batch did (`BatchRecord`, the
+`rsft_batch` run event) and where the trainer is (`TrainerState`, saved in checkpoints).
+
+They live apart from the trainer so the run config, the driver and the front ends can
+read them without importing the training stack.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+TRAIN_DTYPES = ("auto", "float32", "bfloat16")
+BACKENDS = ("peft", "unsloth", "auto")
+
+
+def check_choice(field: str, value: str, choices: tuple[str, ...]) -> None:
+    """A ValueError naming the choices when `value` is not one of them: one wording for the
+    config's own check and the trainer's resolution of "auto"."""
+    if value not in choices:
+        raise ValueError(f"{field} {value!r}: use one of {', '.join(choices)}")
+
+
+@dataclass
+class RSFTConfig:
+    batch_problems: int = 8  # training problems per sampled batch
+    samples_per_problem: int = 8  # G: trajectories sampled per problem
+    learning_rate: float = 2e-4  # peak learning rate (AdamW)
+    warmup_steps: int = 2  # linear warm-up, then constant: WHALE calls the trainer in short stages
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    # Accepted trajectories per optimiser step and data-parallel rank: one step covers
+    # minibatch_trajectories x data_parallel of them, ceil(accepted / that) steps per sampled
+    # batch, as the authors' online RSFT (sft_mini_batch_size 64 on each rank); 0 = one step
+    # per sampled batch.
+    minibatch_trajectories: int = 64
+    # Data-parallel ranks the authors' trainer split a batch across (their launchers' trainer
+    # GPUs); whalekit trains on one device, so only the global mini-batch size follows from it.
+    data_parallel: int = 1
+    micro_batch_sequences: int = 8  # sequences per forward pass; gradients accumulate over a mini-batch
+    max_seq_len: int = 1024  # a turn longer than this (prompt + completion) is dropped from training, and counted
+    lora: bool = True  # LoRA via peft; False = full fine-tuning
+    lora_r: int = 16
+    lora_alpha: int = 32
+    bf16_autocast: bool = True  # used only where the CPU/GPU supports bf16
+    # Trainer weights: "auto" = bfloat16 on CUDA (full fine-tuning of 2B/4B models fits next to
+    # vLLM; bf16 parameters are updated with stochastic rounding, see BF16AdamW), float32 on CPU.
+    train_dtype: str = "auto"  # auto | float32 | bfloat16
+    # LoRA backend: "peft"; "unsloth" (FastLanguageModel; CUDA only, `pip install whalekit[gpu]`);
+    # "auto" = unsloth where it imports and CUDA is present, else peft with one logged warning.
+    backend: str = "peft"  # peft | unsloth | auto
+    temperature: float = 1.0  # behaviour-policy sampling temperature
+    top_p: float = 1.0  # behaviour-policy nucleus mass
+    top_k: int = 20  # behaviour-policy top-k (the authors' 20); 0 disables top-k
+    max_context_tokens: int = 4096  # engine limit per episode
+    reward_window: int = 4  # batches in the sliding-window mean training reward
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.batch_problems, self.samples_per_problem, self.micro_batch_sequences, self.max_seq_len) <= 0:
+            raise ValueError("RSFTConfig sizes must be positive")
+        if self.minibatch_trajectories < 0:
+            raise ValueError("minibatch_trajectories must be >= 0 (0: one optimiser step per sampled batch)")
+        if self.data_parallel < 1:
+            raise ValueError("data_parallel must be >= 1")
+        if self.learning_rate <= 0 or self.reward_window <= 0:
+            raise ValueError("learning_rate and reward_window must be positive")
+        if self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise ValueError("top_k must be >= 0 (0 disables it) and top_p in (0, 1]")
+        check_choice("train_dtype", self.train_dtype, TRAIN_DTYPES)
+        check_choice("backend", self.backend, BACKENDS)
+        if self.backend == "unsloth" and not self.lora:
+            raise ValueError("backend='unsloth' accelerates LoRA here; set lora=true or backend='peft'")
+
+
+@dataclass
+class BatchRecord:
+    """What one RSFT batch did; the adaptive schedule windows `reward` over its stage."""
+
+    step: int  # optimiser steps taken after this batch
+    policy_version: int  # sampler weights version that produced the batch (behaviour policy)
+    harness_id: str
+    epoch_position: float  # problems consumed so far / training-set size
+    sampled: int
+    accepted: int
+    reward: float  # accepted fraction of this batch
+    reward_window_mean: float
+    loss: float | None  # token-normalised loss (None when nothing was accepted)
+    trained_tokens: int
+    dropped_turns: int  # accepted turns longer than max_seq_len
+    sample_seconds: float
+    train_seconds: float
+
+
+@dataclass
+class TrainerState:
+    problems_seen: int = 0  # cursor into the epoch-wise shuffled training set
+    step: int = 0
+    batches: int = 0
+    rewards: list[float] = field(default_factory=list)
+    sampled: int = 0  # rollouts this trainer has charged to the budget, for reconciling after a kill
+
+def mean_reward(records: list[BatchRecord]) -> float:
+    return sum(r.accepted for r in records) / max(1, sum(r.sampled for r in records)) if records else math.nan
