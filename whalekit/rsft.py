@@ -31,6 +31,7 @@ from whalekit.budget import RolloutBudget
 from whalekit.domains.base import Domain
 from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, rollout
 from whalekit.models import load_model
+from whalekit.samplers.base import SamplingParams
 from whalekit.samplers.vllm import cpu_has_native_bf16
 from whalekit.samplers.vllm_sync import shared_memory_dir
 from whalekit.seams import AdapterSampler, PolicyLike
@@ -77,9 +78,7 @@ class RSFTConfig:
     # LoRA backend: "peft"; "unsloth" (FastLanguageModel; CUDA only, `pip install whalekit[gpu]`);
     # "auto" = unsloth where it imports and CUDA is present, else peft with one logged warning.
     backend: str = "peft"  # peft | unsloth | auto
-    temperature: float = 1.0  # behaviour-policy sampling temperature
-    top_p: float = 1.0  # behaviour-policy nucleus mass
-    top_k: int = 20  # behaviour-policy top-k (the authors' 20); 0 disables top-k
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # the behaviour policy's (T 1, top_k 20)
     max_context_tokens: int = 4096  # engine limit per episode
     reward_window: int = 4  # batches in the sliding-window mean training reward
     seed: int = 0
@@ -93,8 +92,7 @@ class RSFTConfig:
             raise ValueError("data_parallel must be >= 1")
         if self.learning_rate <= 0 or self.reward_window <= 0:
             raise ValueError("learning_rate and reward_window must be positive")
-        if self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise ValueError("top_k must be >= 0 (0 disables it) and top_p in (0, 1]")
+        self.sampling = SamplingParams.of(self.sampling)
         _check_choice("train_dtype", self.train_dtype, TRAIN_DTYPES)
         _check_choice("backend", self.backend, BACKENDS)
         if self.backend == "unsloth" and not self.lora:
@@ -323,7 +321,7 @@ class RSFTTrainer:
         t0 = time.perf_counter()
         with phase("sample"):
             trajectories = rollout(self.domain, episodes, self.sampler, RolloutConfig(
-                temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, seed=cfg.seed, step=self.state.batches,
+                sampling=cfg.sampling, seed=cfg.seed, step=self.state.batches,
                 max_context_tokens=cfg.max_context_tokens, description=f"rsft batch {self.state.batches + 1}"),
                 policy_version=version)
         sample_seconds = time.perf_counter() - t0
