@@ -85,7 +85,7 @@ def timed_rollout(domain, runtime, tasks, sampler, label: str) -> list:
     torch.cuda.synchronize()
     start = time.perf_counter()
     trajectories = rollout(domain, [Episode(t, runtime, i) for i, t in enumerate(tasks)], sampler,
-                           RolloutConfig(temperature=1.0, progress=False))
+                           RolloutConfig(progress=False))
     seconds = time.perf_counter() - start
     tokens = sum(t.generated_tokens for t in trajectories)
     print(f"{label}: {len(tasks)} episodes, {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.0f} tok/s")
@@ -158,7 +158,7 @@ def ray_replicas(path: Path, domain, runtime, tasks, reference: list, replicas: 
                          sampler_options=options)
     print(f"ray case: {replicas} {kind} replicas on one GPU, started in {time.perf_counter() - start:.1f} s")
     episodes = [Episode(t, runtime, i) for i, t in enumerate(tasks)]
-    config = RolloutConfig(temperature=1.0, progress=False)
+    config = RolloutConfig(progress=False)
     backend.rollout(domain, episodes[:8], config)  # warm-up
     start = time.perf_counter()
     trajectories = backend.rollout(domain, episodes, config)

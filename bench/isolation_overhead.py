@@ -35,6 +35,7 @@ from whalekit.domains.base import get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.isolation import IsolatedHarness
 from whalekit.models import load_policy
+from whalekit.samplers.base import SamplingParams
 from whalekit.sandbox import probe_isolation
 
 
@@ -84,7 +85,7 @@ def main() -> None:
     tasks = domain.load_splits(n_train=8, n_search=args.tasks, n_test=8, seed=0).search
     source = domain.harness_source(args.harness)
     policy = load_policy(args.model, sampler=args.sampler)
-    config = RolloutConfig(temperature=args.temperature, seed=0, progress=False)
+    config = RolloutConfig(sampling=SamplingParams(temperature=args.temperature), seed=0, progress=False)
     rollout(domain, [Episode(tasks[0], InProcessHarness(source))], policy.sampler, config)  # warm-up
 
     times: dict[str, list[float]] = {"in_process": [], "isolated": []}

@@ -137,7 +137,7 @@ def one_run(domain, runtime, tasks, sampler, scheduling: str, seed: int) -> dict
     clock = EngineClock(sampler)
     sent, cached = sampler.prompt_tokens, sampler.cached_prompt_tokens
     start = time.perf_counter()
-    trajectories = rollout(domain, episodes, clock, RolloutConfig(temperature=1.0, seed=seed, progress=False,  # type: ignore[arg-type]
+    trajectories = rollout(domain, episodes, clock, RolloutConfig(seed=seed, progress=False,  # type: ignore[arg-type]
                                                                   scheduling=scheduling))
     seconds = time.perf_counter() - start
     tokens = sum(t.generated_tokens for t in trajectories)

@@ -66,7 +66,7 @@ def main() -> None:
     harness.new_tokens = args.new_tokens
     runtime = InProcessHarness(harness)
     episodes = [Episode(t, runtime, 0) for t in tasks]
-    config = RolloutConfig(temperature=1.0, seed=0, progress=False)
+    config = RolloutConfig(seed=0, progress=False)
     print(f"model {args.model}, {args.episodes} episodes x {args.new_tokens} new tokens, torch threads "
           f"{torch.get_num_threads()}, ray {ray.__version__}")
 

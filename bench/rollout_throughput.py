@@ -79,7 +79,7 @@ def engine_rates(domain, runtime, tasks, sampler, batches: list[int]) -> dict[in
     for batch in batches:
         episodes = [Episode(t, runtime, 0) for t in tasks[:batch]]
         start = time.perf_counter()
-        trajectories = rollout(domain, episodes, sampler, RolloutConfig(temperature=1.0, progress=False))
+        trajectories = rollout(domain, episodes, sampler, RolloutConfig(progress=False))
         results[batch] = (sum(t.generated_tokens for t in trajectories), time.perf_counter() - start)
     return results
 

@@ -22,6 +22,8 @@ from whalekit.budget import RolloutBudget
 from whalekit.domains.base import get_domain
 from whalekit.models import load_policy
 from whalekit.proposers.reflective import ReflectiveProposer
+from whalekit.samplers.base import SamplingParams
+from whalekit.sandbox import set_isolation_mode
 from whalekit.search import SearchConfig, run_search_stage
 
 
@@ -36,7 +38,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget", type=int, default=100_000)
     parser.add_argument("--run-dir", type=Path, default=None)
-    parser.add_argument("--no-isolate", action="store_true")
+    parser.add_argument("--no-isolate", action="store_true", help="candidates run WITHOUT the sandbox (debugging)")
     args = parser.parse_args()
 
     domain = get_domain(args.domain)
@@ -47,7 +49,9 @@ def main() -> None:
     policy = load_policy(args.model)
     budget = RolloutBudget(args.budget)
     config = SearchConfig(iterations=args.iterations, candidates_per_iteration=args.candidates,
-                          temperature=args.temperature, isolate=not args.no_isolate)
+                          sampling=SamplingParams(temperature=args.temperature))
+    if args.no_isolate:
+        set_isolation_mode("none")
     proposer = ReflectiveProposer(domain.mechanisms(), seed=args.seed)
     started = time.perf_counter()
     accepted = run_search_stage(domain, archive, proposer, policy.sampler, splits.search, budget, config,

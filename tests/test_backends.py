@@ -29,7 +29,7 @@ def test_the_local_backend_is_exactly_the_engine(tiny_policy):
     tasks = domain.load_splits(3, 1, 1, seed=0).train
     harness = InProcessHarness(domain.initial_harness_source())
     episodes = [Episode(t, harness, i) for t in tasks for i in range(2)]
-    config = RolloutConfig(temperature=1.0, seed=5, progress=False)
+    config = RolloutConfig(seed=5, progress=False)
     backend = make_backend(BackendConfig(), tiny_policy.sampler)
     assert isinstance(backend, LocalBackend) and backend.version == tiny_policy.sampler.version
     via_backend = backend.rollout(domain, episodes, config)

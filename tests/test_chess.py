@@ -412,7 +412,7 @@ def test_legal_move_choice_constrains_every_reply_to_a_legal_move(domain, tiny_p
     tasks = [p.to_task() for p in generate_puzzles(4, seed=5)]
     harness = InProcessHarness(apply_mechanism(domain.initial_harness_source(), BY_NAME["legal_move_choice"]))
     trajectories = rollout(domain, [Episode(t, harness, k) for t in tasks for k in range(2)], tiny_policy.sampler,
-                           RolloutConfig(temperature=1.0, seed=0, progress=False))
+                           RolloutConfig(seed=0, progress=False))
     for trajectory in trajectories:
         assert trajectory.flags["format_valid"] and trajectory.flags["move_legal"]
         assert trajectory.error is None and len(trajectory.turns) == 1  # a legal move is right or ends the puzzle
@@ -439,7 +439,7 @@ def test_h0_rollout_with_smollm_is_verified_and_flagged(smollm_policy, domain):
     tasks = [p.to_task() for p in tasks]
     harness = InProcessHarness(domain.initial_harness_source())
     episodes = [Episode(task, harness, i) for task in tasks for i in range(2)]
-    trajectories = rollout(domain, episodes, smollm_policy.sampler, RolloutConfig(temperature=1.0, progress=False))
+    trajectories = rollout(domain, episodes, smollm_policy.sampler, RolloutConfig(progress=False))
     assert len(trajectories) == 8
     for trajectory in trajectories:
         assert trajectory.error is None and "wall_s" in trajectory.timings

@@ -56,7 +56,7 @@ def test_trajectory_token_ids_decode_to_the_logged_text(tiny_policy):
     tasks = domain.load_splits(4, 2, 2, seed=0).train
     harness = InProcessHarness(domain.initial_harness_source())
     trajectories = rollout(domain, [Episode(t, harness, i) for t in tasks for i in range(2)], tiny_policy.sampler,
-                           RolloutConfig(temperature=1.0, seed=3, progress=False))
+                           RolloutConfig(seed=3, progress=False))
     assert len(trajectories) == 8
     for traj in trajectories:
         for turn in traj.turns:
@@ -82,7 +82,7 @@ def test_a_harness_that_raises_fails_only_its_own_episode(tiny_policy):
     tasks[1].id = tasks[1].id + "-boom"
     runtime = InProcessHarness(_Exploding())
     trajectories = rollout(domain, [Episode(t, runtime) for t in tasks], tiny_policy.sampler,
-                           RolloutConfig(temperature=0.0, progress=False))
+                           RolloutConfig(sampling=SamplingParams(temperature=0.0), progress=False))
     assert "hook failed on purpose" in trajectories[1].error
     assert trajectories[1].reward == 0.0
     assert trajectories[0].error is None and trajectories[2].error is None
@@ -93,7 +93,7 @@ def test_multi_turn_tool_use_prefill_and_verification(tiny_policy):
     domain = get_domain("toy")
     tasks = domain.load_splits(2, 1, 1, seed=1).train
     trajectories = rollout(domain, [Episode(t, InProcessHarness(CalculatorThenAnswer())) for t in tasks],
-                           tiny_policy.sampler, RolloutConfig(temperature=1.0, progress=False))
+                           tiny_policy.sampler, RolloutConfig(progress=False))
     for traj, task in zip(trajectories, tasks):
         assert len(traj.turns) == 2
         assert traj.turns[0].tool_results[0].output == task.reference
@@ -216,7 +216,7 @@ def test_sampling_defaults_to_the_authors_top_k_20_and_top_k_0_turns_it_off(tiny
     with torch.no_grad():
         logits = sampler.model(torch.tensor([prompt])).logits[0, -1].float()
     top20 = set(torch.topk(logits, 20).indices.tolist())
-    assert SamplingParams().top_k == RolloutConfig().top_k == 20 and SamplingParams().top_p == 1.0
+    assert SamplingParams().top_k == RolloutConfig().sampling.top_k == 20 and SamplingParams().top_p == 1.0
 
     def first_tokens(params: SamplingParams) -> set[int]:
         requests = [GenerationRequest(prompt, 1, seed=s if seeded else None) for s in range(200)]

@@ -24,8 +24,9 @@ COLUMNS = ["setting", "key", "authors (file in their repo)", "whalekit `paper`",
 PRESET_COLUMNS = {"paper": 3, "cpu": 4}
 # Settings issue 15 names: the table must keep a checked row for each.
 REQUIRED_KEYS = {
-    "rsft.temperature", "rsft.top_p", "rsft.top_k", "search.temperature", "search.top_p", "search.top_k",
-    "eval_temperature", "eval_top_p", "eval_top_k", "code:whalekit.samplers.base.SamplingParams.top_k",
+    "rsft.sampling.temperature", "rsft.sampling.top_p", "rsft.sampling.top_k", "search.sampling.temperature",
+    "search.sampling.top_p", "search.sampling.top_k", "eval_sampling.temperature", "eval_sampling.top_p",
+    "eval_sampling.top_k", "code:whalekit.samplers.base.SamplingParams.top_k",
     "rsft.samples_per_problem", "rsft.batch_problems", "rsft.minibatch_trajectories", "rsft.lora",
     "rsft.warmup_steps", "rsft.learning_rate@searchqa", "rsft.learning_rate@math", "rsft.learning_rate@chess",
     "search.archive_scope", "search.count_incoming", "search.candidates_per_iteration", "schedule",
@@ -123,11 +124,11 @@ def test_the_check_fails_when_a_preset_value_changes_without_the_table(fake_data
 
     def changed(name: str) -> dict[str, Any]:
         data = original(name)
-        data["rsft"] = {**data["rsft"], "top_k": 0}
+        data["rsft"] = {**data["rsft"], "sampling": {"top_k": 0}}
         return data
 
     monkeypatch.setattr(config_module, "load_preset", changed)
-    with pytest.raises(AssertionError, match="rsft.top_k"):
+    with pytest.raises(AssertionError, match="rsft.sampling.top_k"):
         test_every_keyed_row_equals_the_presets_and_the_code_defaults(None)
 
 

@@ -36,8 +36,10 @@ LAYERS: dict[str, int] = {
     "whalekit.harness_worker": 0, "whalekit.mechanisms": 0, "whalekit.stats": 0, "whalekit.shutdown": 0,
     "whalekit.budget": 0, "whalekit.optim": 0, "whalekit.run_state": 0, "whalekit.seams": 0,
     "whalekit.presets": 0, "whalekit.sandbox": 0, "whalekit.methods": 0, "whalekit.errors": 0,
-    "whalekit.python_tool": 0, "whalekit.rsft_config": 0, "whalekit.rsft_loss": 0,
-    # 1: the parts: domains, samplers and models, isolation, archive, run records
+    "whalekit.python_tool": 0, "whalekit.rsft_loss": 0,
+    # 1: the parts: domains, samplers and models, isolation, archive, run records (and RSFT's
+    # settings, which nest the samplers' SamplingParams)
+    "whalekit.rsft_config": 1,
     "whalekit.domains": 1, "whalekit.samplers": 1, "whalekit.model_files": 1, "whalekit.models": 1,
     "whalekit.isolation": 1, "whalekit.archive": 1, "whalekit.runs": 1, "whalekit.provenance": 1,
     "whalekit.progress": 1, "whalekit.initial_eval": 1, "whalekit.results": 1,

@@ -26,9 +26,9 @@ def evaluated(monkeypatch):
     made: list[tuple[int, int]] = []
     real = evaluation.evaluate_test
 
-    def counting(domain, harness, sampler, tasks, k, temperature, seed, index, *args, **kwargs):
+    def counting(domain, harness, sampler, tasks, k, sampling, seed, index, *args, **kwargs):
         made.append((index, k))
-        return real(domain, harness, sampler, tasks, k, temperature, seed, index, *args, **kwargs)
+        return real(domain, harness, sampler, tasks, k, sampling, seed, index, *args, **kwargs)
 
     monkeypatch.setattr(evaluation, "evaluate_test", counting)
     return made

@@ -328,7 +328,7 @@ def test_h0_with_smollm2_end_to_end(smollm_policy):
     tasks = DOMAIN.load_splits(n_train=0, n_search=0, n_test=4, seed=0).test
     harness = InProcessHarness(DOMAIN.initial_harness_source())
     trajectories = rollout(DOMAIN, [Episode(t, harness, i) for t in tasks for i in range(2)], smollm_policy.sampler,
-                           RolloutConfig(temperature=1.0, seed=0, progress=False))
+                           RolloutConfig(seed=0, progress=False))
     assert len(trajectories) == 8
     for trajectory in trajectories:
         assert trajectory.turns and "wall_s" in trajectory.timings

@@ -17,6 +17,7 @@ from whalekit.backends import BackendConfig, StaleWeightsError, make_backend  # 
 from whalekit.domains.base import get_domain  # noqa: E402
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout  # noqa: E402
 from whalekit.models import load_policy  # noqa: E402
+from whalekit.samplers.base import SamplingParams  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +84,7 @@ def _record(trajectories) -> list[dict]:
 
 def _compare(backend, local, isolated: bool = True, config: RolloutConfig | None = None):
     domain = get_domain("toy")
-    config = config or RolloutConfig(temperature=1.0, seed=3, step=2, progress=False)
+    config = config or RolloutConfig(seed=3, step=2, progress=False)
     episodes, runtimes = _episodes(domain, isolated)
     try:
         expected = rollout(domain, episodes, local.sampler, config)
@@ -104,7 +105,7 @@ def test_two_workers_give_exactly_the_local_trajectories(backend, local):
     assert all(s.episodes > b for s, b in zip(backend.stats, before)), "both workers must have sampled"
     assert {t.policy_version for t in got} == {backend.version}
     # greedy too, and the sampler bound to the backend answers direct generate calls
-    greedy = RolloutConfig(temperature=0.0, seed=0, progress=False)
+    greedy = RolloutConfig(sampling=SamplingParams(temperature=0.0), seed=0, progress=False)
     expected, got = _compare(backend, local, isolated=False, config=greedy)
     assert _record(got) == _record(expected)
 

@@ -194,7 +194,7 @@ def test_rollout_through_the_engine_records_ids_that_decode_to_the_turn_text(sam
     tasks = domain.load_splits(4, 2, 2, seed=0).train
     harness = InProcessHarness(domain.initial_harness_source())
     trajectories = rollout(domain, [Episode(t, harness, i) for t in tasks for i in range(2)], sampler,
-                           RolloutConfig(temperature=1.0, seed=3, progress=False))
+                           RolloutConfig(seed=3, progress=False))
     assert len(trajectories) == 8
     for traj in trajectories:
         assert traj.turns
@@ -267,7 +267,8 @@ def test_continuous_and_lockstep_rollouts_record_the_same_greedy_trajectories(sa
     domain = get_domain("toy")
     tasks = domain.load_splits(5, 1, 1, seed=0).train
     episodes = [Episode(t, InProcessHarness(CalculatorTwice())) for t in tasks]
-    runs = {s: rollout(domain, episodes, sampler, RolloutConfig(temperature=0.0, progress=False, scheduling=s))
+    greedy = SamplingParams(temperature=0.0)
+    runs = {s: rollout(domain, episodes, sampler, RolloutConfig(sampling=greedy, progress=False, scheduling=s))
             for s in ("lockstep", "continuous")}
     for a, b in zip(runs["lockstep"], runs["continuous"]):
         assert len(a.turns) == 3 and a.error is None

@@ -30,6 +30,7 @@ from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.mechanisms import code_body, compose
 from whalekit.models import load_policy
 from whalekit.provenance import cpu_kind, provenance
+from whalekit.samplers.base import SamplingParams
 from whalekit.shutdown import exit_on_sigterm
 from whalekit.types import Task, Trajectory
 from whalekit.whale import mean_at_k, resolve_config
@@ -108,7 +109,7 @@ def summarize(domain: Domain, name: str, trajectories: list[Trajectory], k: int,
 
 
 def calibrate(domain: Domain, tasks: list[Task], harnesses: list[str], sampler: Any, samples: int,
-              temperature: float = 1.0, top_k: int = 20, seed: int = 0, initial: str = "h0",
+              sampling: SamplingParams | None = None, seed: int = 0, initial: str = "h0",
               max_new_tokens_cap: int | None = None, scheduling: str = "auto",
               dump: str | None = None) -> list[Calibration]:
     """Roll out every harness `samples` times per task and summarize each (printing as it goes)."""
@@ -119,7 +120,7 @@ def calibrate(domain: Domain, tasks: list[Task], harnesses: list[str], sampler: 
         episodes = [Episode(task, harness, i) for task in tasks for i in range(samples)]
         started = time.perf_counter()
         trajectories = rollout(domain, episodes, sampler,
-                               RolloutConfig(temperature=temperature, top_k=top_k, seed=seed, description=name,
+                               RolloutConfig(sampling=sampling or SamplingParams(), seed=seed, description=name,
                                              scheduling=scheduling, max_new_tokens_cap=max_new_tokens_cap))
         result = summarize(domain, name, trajectories, samples, time.perf_counter() - started, source)
         results.append(result)
@@ -187,14 +188,14 @@ def run_from_arguments(domain_name: str, args: argparse.Namespace,
     samples = args.samples or config.eval_k
     sampler_kind = args.sampler or config.sampler
     print(f"preset {args.preset}: {domain_name} {args.split} split, {len(tasks)} problems x {samples} samples, "
-          f"T {config.eval_temperature} top_k {config.eval_top_k}, h0 = {config.initial_harness}, "
+          f"T {config.eval_sampling.temperature} top_k {config.eval_sampling.top_k}, h0 = {config.initial_harness}, "
           f"sampler {sampler_kind}, model {config.model}", flush=True)
     extra = before(domain, tasks, samples) if before else {}
     policy = load_policy(config.model, sampler=sampler_kind,
                          vllm_options=config.vllm_options if sampler_kind != "hf" else None)
     try:
         results = calibrate(domain, tasks, args.harness, policy.sampler, samples,
-                            temperature=config.eval_temperature, top_k=config.eval_top_k, seed=args.seed,
+                            sampling=config.eval_sampling, seed=args.seed,
                             initial=config.initial_harness, max_new_tokens_cap=config.max_new_tokens_cap,
                             scheduling=args.scheduling, dump=args.dump)
     finally:
@@ -205,7 +206,8 @@ def run_from_arguments(domain_name: str, args: argparse.Namespace,
                "preset": args.preset, "domain": domain_name, "split": args.split, "problems": len(tasks),
                "samples": samples, "seed": args.seed, "initial_harness": config.initial_harness,
                "domain_options": config.domain_options, "split_options": config.split_options,
-               "temperature": config.eval_temperature, "top_k": config.eval_top_k, "model": config.model,
+               "temperature": config.eval_sampling.temperature, "top_k": config.eval_sampling.top_k,
+               "model": config.model,
                "sampler": sampler_kind, "command": "python " + " ".join(sys.argv), **extra,
                "harnesses": {r.harness: r.__dict__ for r in results}}
     if args.json:

@@ -120,8 +120,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         trajectories = rollout(domain, [Episode(task, runtime, i) for task in tasks for i in range(k)],
-                               policy.sampler, RolloutConfig(temperature=config.eval_temperature, seed=config.seed,
-                                                             top_p=config.eval_top_p, top_k=config.eval_top_k,
+                               policy.sampler, RolloutConfig(sampling=config.eval_sampling, seed=config.seed,
                                                              max_new_tokens_cap=config.max_new_tokens_cap,
                                                              max_response_tokens=config.max_response_tokens,
                                                              max_context_tokens=config.search.max_context_tokens,

@@ -21,6 +21,7 @@ from whalekit.methods import SEARCH_CAPPED, SEARCH_METHODS, WEIGHT_METHODS
 from whalekit.presets import flatten, load_preset, missing_data_files
 from whalekit.rsft_config import RSFTConfig
 from whalekit.runs import RunDir
+from whalekit.samplers.base import SamplingParams
 from whalekit.schedules import AdaptiveConfig, parse_schedule
 from whalekit.search import SearchConfig
 from whalekit.tracking import TrackingConfig
@@ -74,9 +75,8 @@ class RunConfig:
     # The initial evaluation (θ0, starting harness) is the same computation for every method of
     # a (domain, seed): made once and shared through runs_root/.shared/ (whalekit.initial_eval).
     share_initial_eval: bool = True
-    eval_temperature: float = 1.0  # test sampling: T 1 / top_p 1 / top_k 20, as the authors evaluated
-    eval_top_p: float = 1.0
-    eval_top_k: int = 20  # 0 disables top-k
+    # test sampling: T 1 / top_p 1 / top_k 20, as the authors evaluated
+    eval_sampling: SamplingParams = field(default_factory=SamplingParams)
     proposer: str = "reflective"  # reflective | anthropic | openai
     proposer_options: dict[str, Any] = field(default_factory=dict)
     runs_root: str = "runs"
@@ -100,8 +100,9 @@ class RunConfig:
             self.budget = BudgetConfig(**self.budget)
         if self.max_response_tokens is not None and self.max_response_tokens <= 0:
             raise ValueError(f"max_response_tokens must be positive or None, got {self.max_response_tokens}")
-        if min(self.n_test, self.eval_k) <= 0 or min(self.eval_top_k, self.eval_temperature) < 0:
-            raise ValueError("n_test and eval_k must be positive, eval_top_k and eval_temperature >= 0")
+        self.eval_sampling = SamplingParams.of(self.eval_sampling)
+        if min(self.n_test, self.eval_k) <= 0:
+            raise ValueError("n_test and eval_k must be positive")
         if self.eval_k_intermediate is not None and not 0 < self.eval_k_intermediate <= self.eval_k:
             raise ValueError(f"eval_k_intermediate must be between 1 and eval_k ({self.eval_k}) or None, "
                              f"got {self.eval_k_intermediate}")

@@ -11,7 +11,7 @@ its turn number alone, and a failure inside one episode (a harness exception, a 
 overflow) ends that episode with the error recorded, never the batch.
 
     trajectories = rollout(domain, [Episode(task, harness, i) for i in range(8)], policy.sampler,
-                           RolloutConfig(temperature=1.0, seed=0))
+                           RolloutConfig(seed=0))
 """
 
 from __future__ import annotations
@@ -34,9 +34,7 @@ from whalekit.types import Task, TaskView, ToolResult, Trajectory, Turn
 
 @dataclass
 class RolloutConfig:
-    temperature: float = 1.0  # sampling temperature; 0 is greedy
-    top_p: float = 1.0  # nucleus sampling mass
-    top_k: int = 20  # keep the k likeliest tokens (the authors' setting); 0 disables top-k
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # temperature (0: greedy), top_p, top_k
     seed: int = 0  # run seed; per-call seeds derive from (seed, step, call)
     step: int = 0  # caller's step counter (training batch, search iteration), for seeds
     max_context_tokens: int = 4096  # prompt + new tokens beyond this ends the episode
@@ -51,6 +49,7 @@ class RolloutConfig:
     max_response_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        self.sampling = SamplingParams.of(self.sampling)
         if self.max_context_tokens <= 0 or self.tool_workers <= 0:
             raise ValueError("max_context_tokens and tool_workers must be positive")
         if self.max_new_tokens_cap is not None and self.max_new_tokens_cap <= 0:
@@ -180,8 +179,7 @@ def _lockstep(domain: Domain, live: list[_Live], sampler: Sampler, config: Rollo
                 owners.append(item)
         if not requests:
             continue
-        params = SamplingParams(config.temperature, config.top_p, _derive_seed(config.seed, config.step, call),
-                                config.top_k)
+        params = replace(config.sampling, seed=_derive_seed(config.seed, config.step, call))
         call += 1
         bar.set_postfix_str(f"model call {call}, {len(requests)} sampling")
         completions = sampler.generate(requests, params)
@@ -218,7 +216,7 @@ def _continuous(domain: Domain, live: list[_Live], sampler: Sampler, config: Rol
                         continue
                     key = f"{submitted}"
                     submitted += 1
-                    params = SamplingParams(config.temperature, config.top_p, request.seed or 0, config.top_k)
+                    params = replace(config.sampling, seed=request.seed or 0)
                     try:
                         sampler.submit(key, request, params)
                     except Exception as exc:  # a request the sampler refuses ends its own episode only

@@ -2,7 +2,7 @@
 charged to no budget, and the driver's evaluation step (the initial one shared across the
 methods of a (domain, seed) through whalekit.initial_eval).
 
-    trajectories = evaluate_test(domain, harness, sampler, tasks, k=8, temperature=1.0, seed=0, index=0)
+    trajectories = evaluate_test(domain, harness, sampler, tasks, k=8, sampling=SamplingParams(), seed=0, index=0)
     metrics = mean_at_k(trajectories, domain)     # {"mean_at_k", "by_subset", "behaviour"}
 
 Test tasks only ever go to `evaluate_test`, which charges nothing and writes nowhere a
@@ -23,6 +23,7 @@ from whalekit.initial_eval import InitialEvalStore, initial_eval_key
 from whalekit.provenance import cpu_kind, resolved_sampler, source_sha256
 from whalekit.run_state import RunState
 from whalekit.runs import RunDir
+from whalekit.samplers.base import SamplingParams
 from whalekit.timing import phase
 from whalekit.types import Task, Trajectory
 
@@ -42,11 +43,11 @@ def mean_at_k(trajectories: list[Trajectory], domain: Domain) -> dict[str, Any]:
             "behaviour": {k: sum(v) / len(v) for k, v in sorted(flags.items())}}
 
 
-def evaluate_test(domain: Domain, harness: Any, sampler: Any, tasks: list[Task], k: int, temperature: float,
-                  seed: int, index: int, top_p: float = 1.0, top_k: int = 20) -> list[Trajectory]:
+def evaluate_test(domain: Domain, harness: Any, sampler: Any, tasks: list[Task], k: int, sampling: SamplingParams,
+                  seed: int, index: int) -> list[Trajectory]:
     """k rollouts per test task with the current weights and accepted harness; never charged."""
     episodes = [Episode(task, harness, i) for task in tasks for i in range(k)]
-    return rollout(domain, episodes, sampler, RolloutConfig(temperature=temperature, top_p=top_p, top_k=top_k,
+    return rollout(domain, episodes, sampler, RolloutConfig(sampling=sampling,
                                                             seed=seed + 7_777_777, step=index,
                                                             description=f"test eval {index}"))
 
@@ -84,7 +85,7 @@ class Evaluator:
             "domain": c.domain, "domain_options": c.domain_options, "split_options": c.split_options,
             "n_test": c.n_test, "seed": c.seed, "harness_id": self.seed_id, "model": c.model,
             "sampler": resolved_sampler(c.sampler, self.sampler), "vllm_options": c.vllm_options, "k": c.eval_k,
-            "temperature": c.eval_temperature, "top_p": c.eval_top_p, "top_k": c.eval_top_k,
+            "temperature": c.eval_sampling.temperature, "top_p": c.eval_sampling.top_p, "top_k": c.eval_sampling.top_k,
             "max_new_tokens_cap": c.max_new_tokens_cap, "max_response_tokens": c.max_response_tokens,
             "source_sha256": source_sha256(), "cpu_kind": cpu_kind()}
         return InitialEvalStore(Path(c.runs_root), initial_eval_key(self._initial_inputs))
@@ -100,9 +101,8 @@ class Evaluator:
         else:
             with phase("test_eval"):
                 trajectories = evaluate_test(self.domain, runtime(state.accepted_id), self.sampler,
-                                             self.tasks, k, self.config.eval_temperature,
-                                             self.config.seed, index, self.config.eval_top_p,
-                                             self.config.eval_top_k)
+                                             self.tasks, k, self.config.eval_sampling,
+                                             self.config.seed, index)
             path = self.run.write_trajectories(f"eval-{index:03d}", trajectories)
             metrics = mean_at_k(trajectories, self.domain)
             if store is not None:

@@ -186,7 +186,7 @@ class RSFTTrainer:
         t0 = time.perf_counter()
         with phase("sample"):
             trajectories = rollout(self.domain, episodes, self.sampler, RolloutConfig(
-                temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k, seed=cfg.seed, step=self.state.batches,
+                sampling=cfg.sampling, seed=cfg.seed, step=self.state.batches,
                 max_context_tokens=cfg.max_context_tokens, description=f"rsft batch {self.state.batches + 1}"),
                 policy_version=version)
         sample_seconds = time.perf_counter() - t0

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from whalekit.samplers.base import SamplingParams
+
 TRAIN_DTYPES = ("auto", "float32", "bfloat16")
 BACKENDS = ("peft", "unsloth", "auto")
 
@@ -50,9 +52,7 @@ class RSFTConfig:
     # LoRA backend: "peft"; "unsloth" (FastLanguageModel; CUDA only, `pip install whalekit[gpu]`);
     # "auto" = unsloth where it imports and CUDA is present, else peft with one logged warning.
     backend: str = "peft"  # peft | unsloth | auto
-    temperature: float = 1.0  # behaviour-policy sampling temperature
-    top_p: float = 1.0  # behaviour-policy nucleus mass
-    top_k: int = 20  # behaviour-policy top-k (the authors' 20); 0 disables top-k
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # the behaviour policy's (T 1, top_k 20)
     max_context_tokens: int = 4096  # engine limit per episode
     reward_window: int = 4  # batches in the sliding-window mean training reward
     seed: int = 0
@@ -66,8 +66,7 @@ class RSFTConfig:
             raise ValueError("data_parallel must be >= 1")
         if self.learning_rate <= 0 or self.reward_window <= 0:
             raise ValueError("learning_rate and reward_window must be positive")
-        if self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise ValueError("top_k must be >= 0 (0 disables it) and top_p in (0, 1]")
+        self.sampling = SamplingParams.of(self.sampling)
         check_choice("train_dtype", self.train_dtype, TRAIN_DTYPES)
         check_choice("backend", self.backend, BACKENDS)
         if self.backend == "unsloth" and not self.lora:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from whalekit.archive import ARCHIVE_SCOPES, Archive
@@ -30,7 +30,7 @@ from whalekit.domains.base import Domain
 from whalekit.engine import Episode, RolloutConfig, rollout
 from whalekit.isolation import IsolatedHarness, IsolationLimits, validate_candidate
 from whalekit.proposers.prototype import Prototyper
-from whalekit.samplers.base import Sampler
+from whalekit.samplers.base import Sampler, SamplingParams
 from whalekit.seams import ProposerLike
 from whalekit.timing import phase
 from whalekit.types import Task
@@ -53,9 +53,7 @@ class SearchConfig:
     # Accept and end the stage at once when one of an iteration's candidates reaches this
     # success rate on the search split (the authors' chess search: 1.0); 0 = off.
     early_stop_success_rate: float = 0.0
-    temperature: float = 1.0  # sampling temperature of the evaluation rollouts
-    top_p: float = 1.0  # nucleus mass of the evaluation rollouts
-    top_k: int = 20  # top-k of the evaluation rollouts (the authors' 20); 0 disables top-k
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # the evaluation rollouts' (T 1, top_k 20)
     max_context_tokens: int = 4096  # per-episode context limit in evaluation rollouts
     hook_timeout_s: float = 5.0  # wall-clock limit per harness hook call in a worker
     memory_mb: int = 1024  # address-space limit of a worker
@@ -63,8 +61,9 @@ class SearchConfig:
     def __post_init__(self) -> None:
         if self.iterations < 0 or self.candidates_per_iteration < 1 or self.rescore_top < 0:
             raise ValueError("iterations >= 0, candidates_per_iteration >= 1 and rescore_top >= 0 are required")
-        if self.temperature < 0 or self.max_context_tokens <= 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
-            raise ValueError("temperature and top_k must be >= 0, top_p in (0, 1] and max_context_tokens positive")
+        self.sampling = SamplingParams.of(self.sampling)
+        if self.max_context_tokens <= 0:
+            raise ValueError("max_context_tokens must be positive")
         if not 0 <= self.early_stop_success_rate <= 1:
             raise ValueError("early_stop_success_rate must lie in [0, 1] (0: off)")
         if self.archive_scope not in ARCHIVE_SCOPES:
@@ -89,7 +88,7 @@ def evaluate_candidates(domain: Domain, archive: Archive, candidate_ids: list[st
             runtimes[cid] = IsolatedHarness(source, config.limits(), cid)  # never in the driver's process
         episodes = [Episode(task, runtimes[cid], k) for cid in candidate_ids for k, task in enumerate(tasks)]
         trajectories = rollout(domain, episodes, sampler, RolloutConfig(
-            temperature=config.temperature, top_p=config.top_p, top_k=config.top_k, seed=seed, step=step,
+            sampling=config.sampling, seed=seed, step=step,
             max_context_tokens=config.max_context_tokens,
             description=f"search: {len(candidate_ids)} candidates"), policy_version=weights_version)
     finally:
@@ -128,8 +127,8 @@ def _give_prototyper(proposer: ProposerLike, domain: Domain, sampler: Sampler, s
     if not hasattr(target, "prototyper") or not getattr(domain, "proposer_prototyping", True):
         return  # chess: the authors' proposer cannot run code, so whalekit's gets no prototype tool
     target.prototyper = Prototyper(domain, sampler, search_tasks, budget, archive.root, weights_version, seed,
-                                   config.limits(), temperature=config.temperature, top_p=config.top_p,
-                                   top_k=config.top_k, max_context_tokens=config.max_context_tokens)
+                                   config.limits(), sampling=config.sampling,
+                                   max_context_tokens=config.max_context_tokens)
 
 
 def run_search_stage(domain: Domain, archive: Archive, proposer: ProposerLike, sampler: Sampler,

@@ -29,7 +29,7 @@ from whalekit.episode import harness_id
 from whalekit.isolation import IsolatedHarness, IsolationLimits, validate_source
 from whalekit.proposers.runview import PROTOTYPES_DIR, render_trajectory
 from whalekit.runs import atomic_write
-from whalekit.samplers.base import Sampler
+from whalekit.samplers.base import Sampler, SamplingParams
 from whalekit.types import Task, Trajectory
 
 BUDGET_PHASE = "prototype"
@@ -69,8 +69,8 @@ class Prototyper:
 
     def __init__(self, domain: Domain, sampler: Sampler, tasks: list[Task], budget: RolloutBudget,
                  archive_root: str | Path, weights_version: int = 0, seed: int = 0,
-                 limits: IsolationLimits | None = None, max_problems: int = 8, temperature: float = 1.0,
-                 top_p: float = 1.0, top_k: int = 20, max_context_tokens: int = 4096):
+                 limits: IsolationLimits | None = None, max_problems: int = 8, sampling: SamplingParams | None = None,
+                 max_context_tokens: int = 4096):
         if not tasks or max_problems < 1:
             raise ValueError("the prototyper needs search tasks and max_problems >= 1")
         self.domain, self.sampler, self.tasks, self.budget = domain, sampler, list(tasks), budget
@@ -78,7 +78,7 @@ class Prototyper:
         self.weights_version, self.seed = weights_version, seed
         self.limits = limits or IsolationLimits()
         self.max_problems = max_problems  # problems one call may run
-        self.temperature, self.top_p, self.top_k = temperature, top_p, top_k  # as the search's evaluations
+        self.sampling = sampling or SamplingParams()  # as the search's evaluations
         self.max_context_tokens = max_context_tokens
         self.session: dict[str, Any] = {}  # who is calling (proposer, call), recorded with each run
 
@@ -108,7 +108,7 @@ class Prototyper:
         runtime = IsolatedHarness(source, self.limits, hid)  # never in the driver's process
         try:
             trajectories = rollout(self.domain, [Episode(t, runtime, 0) for t in chosen], self.sampler, RolloutConfig(
-                temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, seed=self.seed,
+                sampling=self.sampling, seed=self.seed,
                 step=50_000_000 + number, max_context_tokens=self.max_context_tokens, progress=False,
                 description="prototype"),
                 policy_version=self.weights_version)

@@ -16,8 +16,13 @@ from whalekit.seams import TokenizerLike
 
 @dataclass
 class SamplingParams:
+    """How tokens are drawn: the one sampling-settings type, with the one default (the
+    authors' T 1 / top_p 1 / top_k 20 everywhere) and the one validation. Configurations
+    nest it (`RolloutConfig.sampling`, `rsft.sampling`, `search.sampling`, `eval_sampling`);
+    there `seed` stays 0, since the rollout engine derives each call's seed from the run's."""
+
     temperature: float = 1.0  # 0 means greedy
-    top_p: float = 1.0
+    top_p: float = 1.0  # nucleus mass
     seed: int = 0  # seeds the call (samplers are seeded per batched call, not per row)
     top_k: int = 20  # keep the k likeliest tokens (the authors' setting everywhere); 0 disables top-k
 
@@ -25,6 +30,11 @@ class SamplingParams:
         if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise ValueError(f"invalid sampling params: temperature={self.temperature}, top_p={self.top_p}, "
                              f"top_k={self.top_k}")
+
+    @classmethod
+    def of(cls, value: SamplingParams | Mapping[str, Any]) -> SamplingParams:
+        """`value` as SamplingParams: a configuration read from YAML or JSON holds a mapping."""
+        return value if isinstance(value, SamplingParams) else cls(**value)
 
 
 @dataclass
