@@ -81,7 +81,7 @@ def main() -> None:
         for name, preload in (("glibc", None), ("tcmalloc", library)):
             seconds = epoch(preload, **settings)
             steady[name] += seconds[1:] or seconds  # the first step pays one-off warm-up
-    from whalekit.provenance import cpu_kind
+    from whalekit.cpu_info import cpu_kind
 
     glibc, tcmalloc = (statistics.median(steady[n]) for n in ("glibc", "tcmalloc"))
     print(f"{cpu_kind()}; {args.model}, LoRA, {args.batch} x {args.seq_len} tokens a step, "

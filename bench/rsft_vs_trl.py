@@ -25,7 +25,13 @@ from whalekit.domains.toy import ToyDomain
 from whalekit.models import Policy, load_model, load_policy
 from whalekit.rsft import RSFTTrainer, bf16_supported
 from whalekit.rsft_config import RSFTConfig
-from whalekit.rsft_loss import IGNORE_INDEX, token_normalised_loss, training_sequences
+from whalekit.rsft_loss import (
+    IGNORE_INDEX,
+    padded_micro_batches,
+    token_normalised_loss,
+    trained_token_count,
+    training_sequences,
+)
 from whalekit.types import Trajectory, Turn
 
 TOLERANCE = 1e-4
@@ -85,24 +91,14 @@ def selected_positions_loss(model: Any, sequences: list[tuple[list[int], list[in
     import torch
     import torch.nn.functional as F
 
-    total_tokens = sum(sum(1 for x in labels[1:] if x != IGNORE_INDEX) for _, labels in sequences)
+    total_tokens = trained_token_count(sequences)
     if total_tokens == 0:
         return 0.0, 0
     device = next(model.parameters()).device
     causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wraps the HF model
     backbone, head = causal_lm.base_model, causal_lm.get_output_embeddings()
     loss_sum = 0.0
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
-    for start in range(0, len(order), micro_batch):
-        chunk = [sequences[i] for i in order[start:start + micro_batch]]
-        width = max(len(ids) for ids, _ in chunk)
-        input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-        labels = torch.full((len(chunk), width), IGNORE_INDEX, dtype=torch.long)
-        attention = torch.zeros((len(chunk), width), dtype=torch.long)
-        for row, (ids, lab) in enumerate(chunk):
-            input_ids[row, : len(ids)] = torch.tensor(ids)
-            labels[row, : len(lab)] = torch.tensor(lab)
-            attention[row, : len(ids)] = 1
+    for input_ids, labels, attention in padded_micro_batches(sequences, micro_batch, pad_id):
         input_ids, labels, attention = input_ids.to(device), labels.to(device), attention.to(device)
         targets = labels[:, 1:]
         keep = targets != IGNORE_INDEX

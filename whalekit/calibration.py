@@ -25,12 +25,13 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from whalekit.cpu_info import cpu_kind
 from whalekit.domains.base import Domain, get_domain
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.mechanisms import code_body, compose
 from whalekit.models import load_policy
-from whalekit.provenance import cpu_kind, provenance
-from whalekit.samplers.base import SamplingParams
+from whalekit.provenance import provenance
+from whalekit.samplers.base import Sampler, SamplingParams
 from whalekit.shutdown import exit_on_sigterm
 from whalekit.types import Task, Trajectory
 from whalekit.whale import mean_at_k, resolve_config
@@ -108,7 +109,7 @@ def summarize(domain: Domain, name: str, trajectories: list[Trajectory], k: int,
                        errors=sum(1 for t in trajectories if t.error))
 
 
-def calibrate(domain: Domain, tasks: list[Task], harnesses: list[str], sampler: Any, samples: int,
+def calibrate(domain: Domain, tasks: list[Task], harnesses: list[str], sampler: Sampler, samples: int,
               sampling: SamplingParams | None = None, seed: int = 0, initial: str = "h0",
               max_new_tokens_cap: int | None = None, scheduling: str = "auto",
               dump: str | None = None) -> list[Calibration]:

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.config import RunConfig
+from whalekit.cpu_info import cpu_kind
 from whalekit.domains.base import Domain
-from whalekit.engine import Episode, RolloutConfig, rollout
+from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, rollout
 from whalekit.initial_eval import InitialEvalStore, initial_eval_key
-from whalekit.provenance import cpu_kind, resolved_sampler, source_sha256
+from whalekit.provenance import resolved_sampler, source_sha256
 from whalekit.run_state import RunState
 from whalekit.runs import RunDir
-from whalekit.samplers.base import SamplingParams
+from whalekit.samplers.base import Sampler, SamplingParams
 from whalekit.timing import phase
 from whalekit.types import Task, Trajectory
 
@@ -43,8 +44,8 @@ def mean_at_k(trajectories: list[Trajectory], domain: Domain) -> dict[str, Any]:
             "behaviour": {k: sum(v) / len(v) for k, v in sorted(flags.items())}}
 
 
-def evaluate_test(domain: Domain, harness: Any, sampler: Any, tasks: list[Task], k: int, sampling: SamplingParams,
-                  seed: int, index: int) -> list[Trajectory]:
+def evaluate_test(domain: Domain, harness: HarnessRuntime, sampler: Sampler, tasks: list[Task], k: int,
+                  sampling: SamplingParams, seed: int, index: int) -> list[Trajectory]:
     """k rollouts per test task with the current weights and accepted harness; never charged."""
     episodes = [Episode(task, harness, i) for task in tasks for i in range(k)]
     return rollout(domain, episodes, sampler, RolloutConfig(sampling=sampling,
@@ -57,7 +58,7 @@ class Evaluator:
     """One run's test evaluations, `eval-000` (initial) onwards: each logs a `test_eval`
     event and counts in `state.evaluations`."""
 
-    def __init__(self, config: RunConfig, run: RunDir, domain: Domain, tasks: list[Task], sampler: Any,
+    def __init__(self, config: RunConfig, run: RunDir, domain: Domain, tasks: list[Task], sampler: Sampler,
                  seed_id: str, shares_initial_eval: bool):
         self.config = config
         self.run = run
@@ -90,7 +91,7 @@ class Evaluator:
             "source_sha256": source_sha256(), "cpu_kind": cpu_kind()}
         return InitialEvalStore(Path(c.runs_root), initial_eval_key(self._initial_inputs))
 
-    def evaluate(self, state: RunState, reason: str, runtime: Callable[[str], Any], rollouts: int) -> None:
+    def evaluate(self, state: RunState, reason: str, runtime: Callable[[str], HarnessRuntime], rollouts: int) -> None:
         """Evaluate the accepted harness (`runtime(state.accepted_id)`) at `rollouts` spent;
         the initial evaluation is copied from the shared store when it holds it."""
         started = time.perf_counter()

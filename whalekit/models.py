@@ -17,6 +17,7 @@ from typing import Any
 
 from whalekit.model_files import ModelSpecError, cache_dir, load_tokenizer, resolve_model_dir
 from whalekit.samplers import HFSampler
+from whalekit.samplers.base import Sampler
 from whalekit.samplers.vllm import VLLMSampler, vllm_available
 
 DEFAULT_SPEC = "smollm2-135m"
@@ -28,7 +29,7 @@ class Policy:
     path: Path  # a local HF-format directory holding the weights and tokenizer
     tokenizer: Any
     model: Any  # the sampler's copy; trainers load their own from `path`
-    sampler: Any
+    sampler: Sampler
 
 
 def load_model(path: Path, dtype: str = "float32") -> Any:

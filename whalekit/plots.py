@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
@@ -51,6 +51,9 @@ from whalekit.run_summaries import DOMAIN_ORDER, RunSummary
 from whalekit.schedules import AdaptiveConfig
 from whalekit.stats import Interval, bootstrap_mean
 from whalekit.tables import FLOOR_LABEL, H0_LABEL, POINT_LABELS, floor_interval, initial_runs, interval, schedule_label
+
+if TYPE_CHECKING:
+    from whalekit.archive import Archive
 
 
 def _by_domain(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
@@ -344,7 +347,7 @@ def lineage_layout(parents: dict[str, str | None]) -> dict[str, tuple[float, flo
 
 
 @paper_style
-def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = "") -> Figure:
+def lineage_figure(archive: Archive, accepted_id: str | None = None, title: str = "") -> Figure:
     """The archive as a tree: parent → child, each candidate coloured by its search
     score at the newest weights version it was scored at (grey: never scored), the path
     from the seed to the accepted candidate drawn thick."""
@@ -354,7 +357,8 @@ def lineage_figure(archive: Any, accepted_id: str | None = None, title: str = ""
     parents = {e.id: (e.parent_ids[0] if e.parent_ids else None) for e in entries}
     position = lineage_layout(parents)
     accepted_id = accepted_id or archive.accepted()
-    path, node = set(), accepted_id
+    path: set[str] = set()
+    node: str | None = accepted_id
     while node is not None and node not in path:
         path.add(node)
         node = parents.get(node)

@@ -19,9 +19,13 @@ import subprocess
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from whalekit.samplers.vllm import cpu_has_native_bf16, read_cpuinfo, vllm_available
+from whalekit.cpu_info import cpu_kind
+from whalekit.samplers.vllm import vllm_available
+
+if TYPE_CHECKING:
+    from whalekit.samplers.base import Sampler
 
 SCHEMA_VERSION = 1
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -41,19 +45,6 @@ def whalekit_version() -> str:
         return version("whalekit")
     except PackageNotFoundError:
         return "unknown"
-
-
-def cpu_kind(cpuinfo: str | None = None) -> str:
-    """The CPU a number was measured on, as the project names its machines: the model name,
-    then "native bf16" (AVX512-BF16 / AMX: vLLM computes in bf16) or "AVX2, no native bf16"
-    (vLLM computes in float32, several times slower). Timings are only comparable within a kind."""
-    if cpuinfo is None:
-        cpuinfo = read_cpuinfo()
-        if cpuinfo is None:
-            return "unknown"
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
-                 "unknown CPU")
-    return f"{model}, " + ("native bf16 (AVX512-BF16/AMX)" if cpu_has_native_bf16(cpuinfo) else "AVX2, no native bf16")
 
 
 def _git(*args: str, cwd: Path = PACKAGE_DIR) -> str | None:
@@ -89,7 +80,7 @@ def source_sha256(path: Path = PACKAGE_DIR) -> str:
     return digest.hexdigest()
 
 
-def resolved_sampler(requested: str, sampler: Any = None) -> str:
+def resolved_sampler(requested: str, sampler: Sampler | None = None) -> str:
     """The sampler that serves (or would serve) a run: from the sampler object when there
     is one, else what `load_policy` picks for `requested` ("auto": vllm when available)."""
     if sampler is not None:
@@ -101,7 +92,7 @@ def resolved_sampler(requested: str, sampler: Any = None) -> str:
     return "vllm" if vllm_available() else "hf"
 
 
-def provenance(requested_sampler: str, sampler: Any = None) -> dict[str, Any]:
+def provenance(requested_sampler: str, sampler: Sampler | None = None) -> dict[str, Any]:
     """The block config.json records under "provenance"."""
     return {"schema_version": SCHEMA_VERSION, "whalekit_version": whalekit_version(), "git_commit": git_commit(),
             "git_dirty": git_dirty(), "source_sha256": source_sha256(), "sampler_requested": requested_sampler,

@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from whalekit.archive import Archive, archive_folders
+from whalekit.cpu_info import cpu_kind
 from whalekit.presets import flatten
-from whalekit.provenance import PACKAGE_DIR, cpu_kind
+from whalekit.provenance import PACKAGE_DIR
 from whalekit.runs import RunDir, atomic_write, read_jsonl_records
 from whalekit.types import Trajectory
 

@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any, cast
 
 from whalekit.budget import RolloutBudget
+from whalekit.cpu_info import cpu_has_native_bf16
 from whalekit.domains.base import Domain
 from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, rollout
 from whalekit.models import load_model
 from whalekit.rsft_config import BACKENDS, TRAIN_DTYPES, BatchRecord, RSFTConfig, TrainerState, check_choice
 from whalekit.rsft_loss import token_normalised_loss, training_sequences
-from whalekit.samplers.vllm import cpu_has_native_bf16
 from whalekit.samplers.vllm_sync import shared_memory_dir
 from whalekit.seams import AdapterSampler, PolicyLike
 from whalekit.timing import phase

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.config import RunConfig, config_changes
+from whalekit.cpu_info import cpu_kind
 from whalekit.progress import format_duration
-from whalekit.provenance import cpu_kind, git_commit, git_tag, source_sha256
+from whalekit.provenance import git_commit, git_tag, source_sha256
 from whalekit.results import record_path
 from whalekit.runs import RunDir, atomic_write
 

@@ -20,11 +20,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whalekit.runs import RunDir
+
+if TYPE_CHECKING:
+    from whalekit.samplers.base import Sampler
 
 # The phases a run reports, in table order; time outside every marked phase is "other"
 # (checkpoints, commits, archive bookkeeping, candidate validation, start-up).
@@ -106,7 +109,7 @@ def phase(name: str) -> Iterator[None]:
         clock.exit(name)
 
 
-def timed_log(run: Any, clock: PhaseClock, sampler: Any = None) -> Any:
+def timed_log(run: RunDir, clock: PhaseClock, sampler: Sampler | None = None) -> Callable[..., dict[str, Any]]:
     """`run.log` with every event carrying the phase seconds since the previous event
     (the driver's one hook: its events then add up to the run's wall time) and, for a
     sampler that counts them (`prompt_tokens`, `cached_prompt_tokens`), the prompt tokens

@@ -25,7 +25,7 @@ import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from whalekit import models
 from whalekit.archive import Archive, archive_folders, round_folder
@@ -45,7 +45,7 @@ from whalekit.config import (
     resolve_config,
 )
 from whalekit.domains.base import get_domain
-from whalekit.engine import InProcessHarness
+from whalekit.engine import HarnessRuntime, InProcessHarness
 from whalekit.episode import harness_id
 from whalekit.evaluation import Evaluator, evaluate_test, mean_at_k
 from whalekit.isolation import IsolatedHarness
@@ -61,6 +61,9 @@ from whalekit.search import run_search_stage, stage_outcome
 from whalekit.stage_scheduling import StageScheduler
 from whalekit.timing import PhaseClock, phase, recording, timed_log
 from whalekit.tracking import attach, export_run
+
+if TYPE_CHECKING:
+    from whalekit.seams import PolicyLike, ProposerLike
 
 __all__ = [  # the configuration and evaluation names are re-exported: callers import them from here
     "METHODS_ALL", "PRESET_INITIAL_HARNESSES", "SEARCH_CAPPED", "SEARCH_METHODS", "WEIGHT_METHODS", "RunConfig",
@@ -83,7 +86,7 @@ def per_turn_limit(h0_source: str, max_response_tokens: int | None) -> str:
 class _Driver:
     """One run's moving parts; `run_method` is the public entry point."""
 
-    def __init__(self, config: RunConfig, policy: Any = None):
+    def __init__(self, config: RunConfig, policy: PolicyLike | None = None):
         self.config = config
         # The shared initial evaluation is only for a model the driver loads by name: a policy
         # handed in (tests, notebooks) is not known to be the one a stored evaluation came from.
@@ -114,7 +117,7 @@ class _Driver:
                                         config.max_response_tokens)
         self.seed_id = harness_id(self.h0_source)  # h0: shipped with whalekit, the only trusted harness
         self.archive_root = self.run.root / "archive"
-        self.archive: Any = None  # the archive of the current harness phase (opened by `open_archive`)
+        self.archive: Archive | None = None  # the archive of the current harness phase (opened by `open_archive`)
         if config.search.archive_scope == "run":
             self.archive = Archive.open(self.archive_root, self.domain.name)
             self.archive.ensure_seed(self.h0_source)
@@ -128,7 +131,7 @@ class _Driver:
         self.stages = StageScheduler(config, self.schedule, self.accounting, n_train=len(self.splits.train))
         self.evaluator = Evaluator(config, self.run, self.domain, self.splits.test, self.sampler, self.seed_id,
                                    self.shares_initial_eval)
-        self._runtimes: dict[str, Any] = {}
+        self._runtimes: dict[str, HarnessRuntime] = {}
         self._resumed_at: tuple[int, float] = (0, time.monotonic())  # (work done, when) as this process began
         self.tracker = attach(self.run, config.tracking)  # sends every committed event to the enabled sinks
 
@@ -221,20 +224,20 @@ class _Driver:
                 and not self.accounting.search_iterations_left(state):
             return False
         before = state.search_rollouts  # as committed before this step began
-        self.open_archive(state)
+        archive = self.open_archive(state)
         self.accounting.restore(self.accounting.archive_rollouts())
         one = dataclasses.replace(self.config.search, iterations=1)
         # A proposer per iteration, seeded by the step: a resumed run proposes what an
         # uninterrupted one would have.
-        proposer = self._make_proposer(state.step)
-        accepted = run_search_stage(self.domain, self.archive, proposer, self.sampler, self.splits.search,
+        proposer = self._make_proposer(archive, state.step)
+        accepted = run_search_stage(self.domain, archive, proposer, self.sampler, self.splits.search,
                                     self.budget, one, weights_version=self.sampler.version, seed=self.config.seed,
                                     step=state.step)
         # The archive is the durable record of what search sampled, including evaluations a
         # killed attempt at this very step had already written.
         state.search_rollouts = self.accounting.archive_rollouts()
         self.accounting.restore(state.search_rollouts)
-        outcome = stage_outcome(self.archive, state.step, self.sampler.version)
+        outcome = stage_outcome(archive, state.step, self.sampler.version)
         completed = outcome.get("iterations_done", 0) >= 1
         if not completed and state.search_rollouts == before:
             return False  # the budget could not cover the iteration
@@ -247,13 +250,13 @@ class _Driver:
             state.stage_stop = "early_stop"
         state.accepted_id = accepted
         state.search_iterations = state.search_iterations + 1
-        board = self.archive.leaderboard(self.sampler.version)
+        board = archive.leaderboard(self.sampler.version)
         best = board[0][1] if board else 0.0
         state.stage_signals.append(best)
         self.run.log("search_iteration", phase_step=state.step, rollouts=self.budget.spent,
                      weights_version=self.sampler.version, accepted_id=accepted, best_score=best,
-                     accepted_score=self.archive.entry(accepted).score(self.sampler.version),
-                     archive_size=len(self.archive), candidates_evaluated=outcome.get("candidates_evaluated", 0),
+                     accepted_score=archive.entry(accepted).score(self.sampler.version),
+                     archive_size=len(archive), candidates_evaluated=outcome.get("candidates_evaluated", 0),
                      empty=empty, early_stop=state.stage_stop == "early_stop")
         return True
 
@@ -284,11 +287,11 @@ class _Driver:
 
 
     # -- archives, harness runtimes, commits ----------------------------------------------
-    def open_archive(self, state: RunState) -> Any:
+    def open_archive(self, state: RunState) -> Archive:
         """The archive this harness stage searches. `run` scope: the run's one archive.
         `round` scope: a fresh archive per harness phase (a phase starts after every weight
         stage; harness_only has one), seeded with the incoming harness."""
-        if self.config.search.archive_scope == "run":
+        if self.config.search.archive_scope == "run" and self.archive is not None:  # opened with the run
             return self.archive
         phase = sum(1 for h in state.history if h["kind"] == "weight")
         root = round_folder(self.archive_root, phase)
@@ -306,12 +309,12 @@ class _Driver:
                 return path.read_text(encoding="utf-8")
         raise KeyError(f"no harness {candidate_id!r} in {self.archive_root}")
 
-    def _make_proposer(self, step: int = 0) -> Any:
-        return make_proposer(self.config.proposer, self.domain, self.archive, self.config.seed * 100_003 + step,
+    def _make_proposer(self, archive: Archive, step: int = 0) -> ProposerLike:
+        return make_proposer(self.config.proposer, self.domain, archive, self.config.seed * 100_003 + step,
                              self.config.proposer_options, prompt_only=self.config.method == "fst",
                              initial_source=self.h0_source)
 
-    def runtime(self, candidate_id: str) -> Any:
+    def runtime(self, candidate_id: str) -> HarnessRuntime:
         if candidate_id not in self._runtimes:
             source = self.source(candidate_id)
             if candidate_id == self.seed_id:
@@ -358,7 +361,7 @@ class _Driver:
         report(stage_line(kind, len(state.history) - 1, done, total, signal, time.monotonic() - started,
                           done_at_start, unit=unit))
 
-def run_method(config: RunConfig, policy: Any = None, reuse_foreign: bool | None = None) -> RunDir:
+def run_method(config: RunConfig, policy: PolicyLike | None = None, reuse_foreign: bool | None = None) -> RunDir:
     """Run (or resume, or reuse when finished) one (domain, method, schedule, seed) run.
     A run made by other code or another sampler is refused unless `reuse_foreign`
     (or WHALEKIT_REUSE_FOREIGN_RUNS=1), see whalekit.provenance."""

@@ -24,7 +24,7 @@ import os
 import re
 from typing import Any
 
-from whalekit.archive import normalise_source
+from whalekit.archive import Archive, normalise_source
 from whalekit.rsft_loss import training_sequences
 from whalekit.types import Trajectory
 
@@ -201,7 +201,7 @@ def diff_html(parent_source: str, child_source: str, parent_label: str = "parent
     return _STYLE + f"<div class='wk-trace'>{note}<div class='wk-diff'>{table}</div></div>"
 
 
-def candidate_diff_html(archive: Any, candidate_id: str, parent_id: str | None = None) -> str:
+def candidate_diff_html(archive: Archive, candidate_id: str, parent_id: str | None = None) -> str:
     """A candidate of an archive against its parent (default: its first parent; the seed
     h0 when it has none)."""
     entry = archive.entry(candidate_id)
@@ -225,7 +225,7 @@ def show_trajectory(trajectory: Trajectory, accepted: bool | None = None, tokeni
     show_html(trajectory_html(trajectory, accepted, tokenizer, max_seq_len))
 
 
-def show_diff(archive: Any, candidate_id: str, parent_id: str | None = None) -> None:
+def show_diff(archive: Archive, candidate_id: str, parent_id: str | None = None) -> None:
     show_html(candidate_diff_html(archive, candidate_id, parent_id))
 
 

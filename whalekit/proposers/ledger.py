@@ -144,7 +144,7 @@ def search_gain(archive: ArchiveLike) -> tuple[int, float, float] | None:
     return None
 
 
-def cost_summary(archive: Any, ledger: Ledger | None = None) -> dict[str, dict[str, Any]]:
+def cost_summary(archive: ArchiveLike, ledger: Ledger | None = None) -> dict[str, dict[str, Any]]:
     """Per LLM proposer: sessions, tokens, cost, wall time, candidates written / evaluated /
     accepted, prototype rollouts, stops, cost per accepted harness and per point of gain."""
     ledger = ledger or Ledger.for_archive(archive)
