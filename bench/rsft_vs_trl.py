@@ -19,17 +19,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import whalekit.rsft as rsft
 from whalekit.budget import RolloutBudget
 from whalekit.domains.toy import ToyDomain
 from whalekit.models import Policy, load_model, load_policy
 from whalekit.rsft import RSFTTrainer, bf16_supported
 from whalekit.rsft_config import RSFTConfig
 from whalekit.rsft_loss import (
-    IGNORE_INDEX,
-    padded_micro_batches,
     token_normalised_loss,
-    trained_token_count,
     training_sequences,
 )
 from whalekit.types import Trajectory, Turn
@@ -80,36 +76,6 @@ def trl_rows(trajectories: list[Trajectory]) -> list[dict[str, list[int]]]:
             rows.append({"input_ids": list(turn.prompt_ids) + list(turn.completion_ids),
                          "completion_mask": [0] * len(turn.prompt_ids) + [1] * len(turn.completion_ids)})
     return rows
-
-
-def selected_positions_loss(model: Any, sequences: list[tuple[list[int], list[int]]], micro_batch: int,
-                            pad_id: int, autocast: bool = False, backward: bool = True) -> tuple[float, int]:
-    """Proposed drop-in for `whalekit.rsft_loss.token_normalised_loss`: run the LM head only on
-    positions whose next token is trained, instead of building (and upcasting to fp32) the
-    logits of every position; the vocabulary projection and its softmax are a large share
-    of a 135M model's step, and prompt positions are about half of an RSFT batch."""
-    import torch
-    import torch.nn.functional as F
-
-    total_tokens = trained_token_count(sequences)
-    if total_tokens == 0:
-        return 0.0, 0
-    device = next(model.parameters()).device
-    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wraps the HF model
-    backbone, head = causal_lm.base_model, causal_lm.get_output_embeddings()
-    loss_sum = 0.0
-    for input_ids, labels, attention in padded_micro_batches(sequences, micro_batch, pad_id):
-        input_ids, labels, attention = input_ids.to(device), labels.to(device), attention.to(device)
-        targets = labels[:, 1:]
-        keep = targets != IGNORE_INDEX
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            hidden = backbone(input_ids=input_ids, attention_mask=attention).last_hidden_state
-            logits = head(hidden[:, :-1][keep])
-        loss = F.cross_entropy(logits.float(), targets[keep], reduction="sum") / total_tokens
-        if backward:
-            loss.backward()
-        loss_sum += loss.item()
-    return loss_sum, total_tokens
 
 
 def whalekit_trainer(policy: Policy, lora: bool, autocast: bool, batch: int, seq_len: int,
@@ -234,8 +200,6 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--modes", nargs="+", default=["lora", "full"], choices=["lora", "full"])
     parser.add_argument("--lr", type=float, default=2e-4)
-    parser.add_argument("--proposed", action="store_true",
-                        help="also time whalekit with selected_positions_loss in place of token_normalised_loss")
     args = parser.parse_args()
 
     import datasets
@@ -270,16 +234,6 @@ def main() -> None:
         print(f"[{label}] ratio whalekit/trl = {wk.tokens_per_second / trl.tokens_per_second:.3f} (epoch), "
               f"{wk.steady_tokens_per_second / trl.steady_tokens_per_second:.3f} (after step 1); "
               f"sampler sync (not in the epoch) {sync_seconds:.2f} s/step")
-        if args.proposed:
-            original, rsft.token_normalised_loss = rsft.token_normalised_loss, selected_positions_loss
-            try:
-                proposed, _ = run_whalekit(policy, trajectories, lora, autocast, args.batch, args.seq_len, args.lr)
-            finally:
-                rsft.token_normalised_loss = original
-            print(f"[{label}] proposed {proposed.tokens_per_second:7.1f} tok/s over the epoch, "
-                  f"{proposed.steady_tokens_per_second:7.1f} tok/s after step 1 (ratio to trl "
-                  f"{proposed.tokens_per_second / trl.tokens_per_second:.3f}); first-batch loss "
-                  f"{proposed.first_loss:.6f} |diff to trl|={abs(proposed.first_loss - trl.first_loss):.2e}")
         if wk.first_tokens != trl.first_tokens:
             failures.append(f"{mode} token count")
         if diff > TOLERANCE:

@@ -17,7 +17,14 @@ from whalekit.harness import FinalAnswer, GenerationSettings, Harness
 from whalekit.models import load_policy
 from whalekit.rsft import RSFTTrainer
 from whalekit.rsft_config import RSFTConfig
-from whalekit.rsft_loss import IGNORE_INDEX, token_normalised_loss, training_sequences
+from whalekit.rsft_loss import (
+    IGNORE_INDEX,
+    decoder_and_head,
+    packed_training_sequences,
+    token_normalised_loss,
+    trained_token_count,
+    training_sequences,
+)
 from whalekit.types import Trajectory, Turn
 
 
@@ -58,6 +65,74 @@ def test_loss_mask_covers_exactly_the_generated_tokens():
     sequences, dropped = training_sequences(traj, max_seq_len=6)
     assert len(sequences) == 1 and dropped == 1
 
+
+def test_a_turn_that_continues_the_previous_one_trains_inside_it_as_one_sequence():
+    traj = Trajectory("t", "toy", "h", 0, turns=[
+        Turn(prompt_ids=[1, 2, 3], completion_ids=[4, 5], text="ab", finish_reason="eos", prefill=""),
+        Turn(prompt_ids=[1, 2, 3, 4, 5, 6, 7], completion_ids=[8], text="c", finish_reason="eos"),
+    ])
+    sequences, dropped = packed_training_sequences(traj, max_seq_len=100)
+    assert dropped == 0
+    # The authors' agent loop keeps the episode as one sequence with a response mask: the same.
+    assert sequences == [([1, 2, 3, 4, 5, 6, 7, 8], [IGNORE_INDEX] * 3 + [4, 5] + [IGNORE_INDEX] * 2 + [8])]
+    assert trained_token_count(sequences) == trained_token_count(training_sequences(traj, 100)[0]) == 3
+
+
+def test_a_turn_whose_history_the_harness_rewrote_starts_its_own_sequence():
+    traj = Trajectory("t", "toy", "h", 0, turns=[
+        Turn(prompt_ids=[1, 2, 3], completion_ids=[4, 5], text="ab", finish_reason="eos", prefill=""),
+        Turn(prompt_ids=[1, 2, 9, 6, 7], completion_ids=[8], text="c", finish_reason="eos"),  # turn 1 trimmed
+        Turn(prompt_ids=[1, 2, 9, 6, 7, 8, 10], completion_ids=[11], text="d", finish_reason="eos"),
+    ])
+    sequences, dropped = packed_training_sequences(traj, max_seq_len=100)
+    assert dropped == 0
+    assert sequences == [([1, 2, 3, 4, 5], [IGNORE_INDEX] * 3 + [4, 5]),
+                         ([1, 2, 9, 6, 7, 8, 10, 11], [IGNORE_INDEX] * 5 + [8, IGNORE_INDEX, 11])]
+    # A turn over max_seq_len is still dropped whole and counted.
+    sequences, dropped = packed_training_sequences(traj, max_seq_len=7)
+    assert [ids for ids, _ in sequences] == [[1, 2, 3, 4, 5], [1, 2, 9, 6, 7, 8]] and dropped == 1
+
+
+def _loss_and_gradients(model, sequences, **options):
+    model.zero_grad(set_to_none=True)
+    loss, tokens = token_normalised_loss(model, sequences, micro_batch=2, pad_id=0, **options)
+    return loss, tokens, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_packed_turns_and_trained_positions_give_the_per_turn_full_logits_loss_and_gradients():
+    policy = load_policy("tiny-random")
+    model = policy.model.float()
+    generator = torch.Generator().manual_seed(0)
+    trajectories = []
+    for index in range(3):  # three-turn episodes whose history is kept as sampled
+        ids = torch.randint(10, 200, (60,), generator=generator).tolist()
+        turns = [Turn(prompt_ids=ids[:10 + index], completion_ids=ids[10 + index:16], text="", finish_reason="eos"),
+                 Turn(prompt_ids=ids[:30], completion_ids=ids[30:37], text="", finish_reason="eos"),
+                 Turn(prompt_ids=ids[:50 - index], completion_ids=ids[50 - index:60], text="", finish_reason="eos")]
+        trajectories.append(Trajectory(f"t{index}", "toy", "h", 0, turns=turns, correct=True, reward=1.0))
+    per_turn = [s for t in trajectories for s in training_sequences(t, 100)[0]]
+    packed = [s for t in trajectories for s in packed_training_sequences(t, 100)[0]]
+    assert len(per_turn) == 9 and len(packed) == 3
+    assert sum(len(ids) for ids, _ in packed) < 0.6 * sum(len(ids) for ids, _ in per_turn)
+    assert decoder_and_head(model) is not None  # the tiny model is a llama: the projection is split off
+    reference = _loss_and_gradients(model, per_turn, trained_positions_only=False)
+    for sequences, only in ((per_turn, True), (packed, False), (packed, True)):
+        loss, tokens, grads = _loss_and_gradients(model, sequences, trained_positions_only=only)
+        assert tokens == reference[1]
+        assert loss == pytest.approx(reference[0], rel=1e-5)
+        assert grads.keys() == reference[2].keys()
+        for name, grad in grads.items():  # equal up to float32 summation order
+            assert (grad - reference[2][name]).norm() <= 1e-5 * reference[2][name].norm() + 1e-9, name
+
+
+def test_a_model_whose_logits_are_not_the_plain_projection_gets_its_own_forward():
+    class SoftCapped(torch.nn.Module):
+        config = type("Config", (), {"model_type": "gemma2"})()  # soft-caps its logits
+
+        def get_output_embeddings(self):
+            return torch.nn.Linear(4, 4)
+
+    assert decoder_and_head(SoftCapped()) is None
 
 def test_token_normalised_loss_equals_a_hand_computation(tiny_policy):
     model = tiny_policy.model

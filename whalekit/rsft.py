@@ -34,7 +34,7 @@ from whalekit.domains.base import Domain
 from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, rollout
 from whalekit.models import load_model
 from whalekit.rsft_config import BACKENDS, TRAIN_DTYPES, BatchRecord, RSFTConfig, TrainerState, check_choice
-from whalekit.rsft_loss import token_normalised_loss, training_sequences
+from whalekit.rsft_loss import packed_training_sequences, token_normalised_loss
 from whalekit.samplers.vllm_sync import shared_memory_dir
 from whalekit.seams import AdapterSampler, PolicyLike
 from whalekit.timing import phase
@@ -218,7 +218,7 @@ class RSFTTrainer:
         for start in range(0, len(accepted), size):
             sequences = []
             for traj in accepted[start:start + size]:
-                seqs, d = training_sequences(traj, self.config.max_seq_len)
+                seqs, d = packed_training_sequences(traj, self.config.max_seq_len)
                 sequences += seqs
                 dropped += d
             if not sequences:

@@ -33,6 +33,26 @@ def training_sequences(trajectory: Trajectory, max_seq_len: int) -> tuple[list[t
     return sequences, dropped
 
 
+def packed_training_sequences(trajectory: Trajectory,
+                              max_seq_len: int) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """`training_sequences` with each turn folded into the next where the next turn's prompt
+    begins with this turn's prompt and completion (the harness kept the history as sampled),
+    as the authors' verl agent loop keeps a whole episode as one sequence with a response
+    mask. The loss is the same: a causal model's logits at a position see only the tokens
+    before it, so a completion predicted inside the longer sequence is predicted from the
+    same tokens; the training tokens are fewer (turn k's prefix is not run again for turn
+    k+1). A turn whose prompt was rewritten (a harness that trims or edits the history)
+    starts a new sequence. Returns the sequences and how many turns were dropped for length."""
+    sequences, dropped = training_sequences(trajectory, max_seq_len)
+    packed: list[tuple[list[int], list[int]]] = []
+    for ids, labels in sequences:
+        if packed and ids[:len(packed[-1][0])] == packed[-1][0]:
+            head_ids, head_labels = packed.pop()
+            labels = head_labels + labels[len(head_labels):]
+        packed.append((ids, labels))
+    return packed, dropped
+
+
 def trained_token_count(sequences: list[tuple[list[int], list[int]]]) -> int:
     """The tokens a batch trains on: labelled positions after the first (a position's
     logits predict the next token, so the first label is never a target)."""
@@ -59,11 +79,34 @@ def padded_micro_batches(sequences: list[tuple[list[int], list[int]]], micro_bat
         yield input_ids, labels, attention
 
 
+# Model types whose logits are exactly the output embedding applied to the decoder's last
+# hidden state (no logit scaling or soft-capping): for these the loss runs the vocabulary
+# projection on trained positions only. Others get the model's own full forward.
+PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+
+
+def decoder_and_head(model: Any) -> tuple[Any, Any] | None:
+    """(decoder, output embedding) of a causal LM (through a PEFT wrapper) whose logits are
+    `head(decoder(...).last_hidden_state)`; None for any other model. The projection onto
+    a 49k vocabulary is about a fifth of SmolLM2-135M's forward, and an RSFT batch trains
+    on a few percent of its positions (the rest is prompt and tool text)."""
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(causal_lm, "config", None)
+    if getattr(config, "model_type", None) not in PLAIN_HEAD_MODEL_TYPES:
+        return None
+    decoder, head = getattr(causal_lm, "model", None), causal_lm.get_output_embeddings()
+    return None if decoder is None or head is None else (decoder, head)
+
+
 def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]]], micro_batch: int,
-                          pad_id: int, autocast: bool = False, backward: bool = True) -> tuple[float, int]:
+                          pad_id: int, autocast: bool = False, backward: bool = True,
+                          trained_positions_only: bool = True) -> tuple[float, int]:
     """Sum of next-token cross-entropy over all generated tokens of the batch, divided by
     their count, so a long trajectory weighs per token, not per sequence. Gradients
-    accumulate across micro-batches (when `backward`). Returns (loss, token count)."""
+    accumulate across micro-batches (when `backward`). `trained_positions_only`: project
+    onto the vocabulary only where a token is trained (same loss; `decoder_and_head` says
+    for which models); False computes every position's logits (the reference that
+    bench/rsft_speed.py times against). Returns (loss, token count)."""
     import torch
     import torch.nn.functional as F
 
@@ -71,12 +114,20 @@ def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]
     if total_tokens == 0:
         return 0.0, 0
     device = next(model.parameters()).device
+    split = decoder_and_head(model) if trained_positions_only else None
     loss_sum = 0.0
     for input_ids, labels, attention in padded_micro_batches(sequences, micro_batch, pad_id):
         input_ids, labels, attention = input_ids.to(device), labels.to(device), attention.to(device)
+        targets = labels[:, 1:]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            logits = model(input_ids=input_ids, attention_mask=attention).logits
-        loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+            if split is None:
+                logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]
+            else:  # the vocabulary projection only where a token is trained
+                decoder, head = split
+                hidden = decoder(input_ids=input_ids, attention_mask=attention).last_hidden_state
+                logits = head(hidden[:, :-1][targets != IGNORE_INDEX])
+                targets = targets[targets != IGNORE_INDEX]
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                ignore_index=IGNORE_INDEX, reduction="sum") / total_tokens
         if backward:
             loss.backward()
