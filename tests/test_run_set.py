@@ -152,5 +152,20 @@ def test_the_dry_run_prints_the_plan_with_done_left_and_eta(tmp_path, monkeypatc
     assert reproduce.main(["--preset", "cpu", "--domains", "math", "--seeds", "0", "--no-grid", "--dry-run",
                            *flag]) == 0
     err = capsys.readouterr().err
-    assert "tier a (Table 2's core" in err and "0 of" in err and "ETA" in err
-    assert ("tier d (the zero start" in err) == (not flag)
+    # the preset's whole set per tier, whatever the selection, then the selection's own count
+    assert "tier a (Table 2's core" in err and "tier d (the zero start" in err and "0 of 102 runs" in err
+    assert "ETA" in err
+    selected = 4 + 3 + (0 if flag else 3)  # math, seed 0: tier a, tier b and (unless left out) tier d
+    assert f"this chunk's selection: 0 of {selected} runs recorded, {selected} left" in err
+
+
+def test_a_chunk_of_a_few_runs_still_lists_every_planned_run_in_status(tmp_path):
+    jobs = [j for j in _plan(tmp_path, seeds=[0, 1]) if j.planned is not None]
+    results = tmp_path / "results"
+    records = Records([j.planned for j in jobs], results, _copy_export, source="a" * 64, cpu=CPU,
+                      selected=[jobs[0].planned])
+    records.write_status()
+    status = (results / "smoke" / "STATUS.md").read_text()
+    assert "0 of 4 runs recorded, 4 left" in status
+    assert all(f"| toy | {j.planned.config.run_name} |" in status for j in jobs)
+    assert "this chunk's selection: 0 of 1 runs recorded, 1 left" in records.summary()

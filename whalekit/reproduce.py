@@ -121,8 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     jobs = plan(args.preset, args.runs_root, args.figures, args.domains, args.methods, args.seeds,
                 grid=not args.no_grid, zero=not args.no_zero_start)
-    records = Records([j.planned for j in jobs if j.planned is not None], Path(args.results), export_run,
-                      Deadline(args.max_hours), log=lambda line: print(line, flush=True))
+    whole = plan(args.preset, args.runs_root, args.figures)  # STATUS.md lists the preset's whole set
+    records = Records([j.planned for j in whole if j.planned is not None], Path(args.results), export_run,
+                      Deadline(args.max_hours), log=lambda line: print(line, flush=True),
+                      selected=[j.planned for j in jobs if j.planned is not None])
     if args.dry_run:
         for job in jobs:
             print(job.label, json.dumps(job.parameters))

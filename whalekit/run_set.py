@@ -194,8 +194,14 @@ class Records:
     deadline keeps a run from starting; the chunk then ends at that run boundary."""
 
     def __init__(self, runs: Sequence[PlannedRun], results_root: Path, export: Any, deadline: Deadline | None = None,
-                 log: Any = print, source: str | None = None, cpu: str | None = None):
+                 log: Any = print, source: str | None = None, cpu: str | None = None,
+                 selected: Sequence[PlannedRun] | None = None):
+        # `runs`: the preset's whole planned set (STATUS.md lists every one, whatever a chunk
+        # selects); `selected`: the runs this chunk makes (default: all of them)
         self.runs, self.results_root, self.export = list(runs), Path(results_root), export
+        known = {r.key for r in self.runs}
+        self.runs += [r for r in selected or () if r.key not in known]  # a selection beyond the preset's set
+        self.selected = {r.key for r in (self.runs if selected is None else selected)}
         # the code and machine this chunk runs on (tests may pin them)
         self.source, self.cpu = source or source_sha256(), cpu or cpu_kind()
         self.commit, self.tag = git_commit(), git_tag()
@@ -215,7 +221,7 @@ class Records:
         estimate = estimate_s(run, self.runs, self.states, self.cpu)
         if self.deadline.allows(estimate):
             return True
-        left = sum(s.state != RECORDED for s in self.states)
+        left = sum(s.state != RECORDED for r, s in zip(self.runs, self.states) if r.key in self.selected)
         self.log(f"--max-hours reached before {run.key} (estimate {format_duration(estimate)}): stopping at this "
                  f"run boundary with {left} run(s) left; run the same command again to continue")
         return False
@@ -240,4 +246,10 @@ class Records:
         return write_status(self.runs, self.states, self.status_path(), self.cpu, self.commit, self.tag, running)
 
     def summary(self) -> str:
-        return plan_summary(self.runs, self.states, self.cpu)
+        """The whole set per tier with its ETA, and this chunk's selection when it is a part."""
+        text = plan_summary(self.runs, self.states, self.cpu)
+        if len(self.selected) < len(self.runs):
+            mine = [s for r, s in zip(self.runs, self.states) if r.key in self.selected]
+            done = sum(s.state == RECORDED for s in mine)
+            text += f"\nthis chunk's selection: {done} of {len(mine)} runs recorded, {len(mine) - done} left"
+        return text
