@@ -148,3 +148,15 @@ def test_archive_survives_a_kill_during_writes_and_reopens(tmp_path: Path) -> No
             assert len(archive.trajectories(entry.id, 0)) == 40
     archive.add(H0 + "\n# after the kill\n")  # and the run continues
     assert len(Archive.open(tmp_path / "arch", "toy")) == len(archive)
+
+
+def test_opening_an_archive_to_read_it_leaves_its_files_untouched(tmp_path: Path) -> None:
+    Archive.open(tmp_path, "toy").ensure_seed(H0)
+    index = tmp_path / "index.json"
+    before = (index.read_text(), index.stat().st_mtime_ns)
+    time.sleep(0.01)
+    Archive.open(tmp_path, "toy")  # the figures open committed records this way
+    assert (index.read_text(), index.stat().st_mtime_ns) == before
+    index.unlink()
+    Archive.open(tmp_path, "toy")  # the cache is rebuilt from the folders when missing
+    assert index.read_text() == before[0]

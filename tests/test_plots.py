@@ -3,6 +3,8 @@ per method everywhere, labelled axes, PNG + PDF on disk."""
 
 from __future__ import annotations
 
+import json
+
 import matplotlib.pyplot as plt
 import pytest
 from matplotlib.colors import to_hex
@@ -339,3 +341,32 @@ def test_every_figure_uses_constrained_layout(with_absent_runs):
     for name, fig in _every_figure(with_absent_runs, main).items():
         assert fig.get_layout_engine().__class__.__name__ == "ConstrainedLayoutEngine", name
         plt.close(fig)
+
+
+def _with_intermediate_k(run: RunDir, k: int) -> None:
+    """Rewrite a run's test_eval events as a run with eval_k_intermediate = k records them:
+    the first and last evaluation keep their k, those between have `k`."""
+    events = run.events()
+    evals = [i for i, e in enumerate(events) if e["event"] == "test_eval"]
+    for i in evals[1:-1]:
+        events[i]["k"] = k
+    run.events_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def test_a_point_taken_from_an_intermediate_evaluation_is_labelled_with_its_own_k(tmp_path):
+    _with_intermediate_k(write_run(tmp_path, "weight_only", [0.25, 1.0, 0.5], problems=4), k=1)
+    runs = run_summaries.find_runs(tmp_path, "smoke")
+    assert run_summaries.point_k(runs, "best") == "1" and run_summaries.point_k(runs, "final") == "2"
+    table = tables.points_table(tmp_path, "smoke")
+    assert "best test mean@1 (%) over evaluations (selected on test)" in table.columns
+    assert "final test mean@2 (%, after the whole budget)" in table.columns
+    title = plots.accuracy_curve_figure(runs)._suptitle.get_text()
+    assert "mean@2 (mean@1 between the first and last evaluation)" in title
+
+
+def test_the_schedule_grid_leaves_out_the_zero_start_runs(tmp_path):
+    write_run(tmp_path, "whale", [0.25, 0.5], problems=4)
+    zero = write_run(tmp_path, "whale", [0.0, 1.0], seed=1, problems=4)
+    zero.write_config({**zero.config(), "initial_harness": "h0_faithful"})  # from the authors' faithful h0
+    grid = run_summaries.grid_runs(tmp_path, "smoke")
+    assert [(r.method, r.seed) for r in grid] == [("whale", 0)]

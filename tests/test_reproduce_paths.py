@@ -51,3 +51,12 @@ def test_the_command_line_default_follows_the_preset(tmp_path, monkeypatch, caps
     assert reproduce_plan.figures_dir("smoke") == Path("figures/smoke")
     assert reproduce_plan.figures_dir("cpu") == Path("figures")
     assert reproduce_plan.figures_dir("/some/where/mine.yaml", "out") == Path("out/mine")
+
+
+def test_the_analysis_notebooks_read_the_records_where_the_reproduction_exports_them(tmp_path):
+    jobs = reproduce_plan.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"],
+                               results=tmp_path / "elsewhere")
+    analysis = [job for job in jobs if job.notebook in reproduce_plan.ANALYSIS]
+    assert analysis and all(job.parameters["results_root"] == str((tmp_path / "elsewhere").resolve())
+                            for job in analysis)
+    assert all("results_root" not in job.parameters for job in jobs if job.notebook not in reproduce_plan.ANALYSIS)

@@ -111,8 +111,10 @@ class Archive:
     def _write_index(self) -> None:
         rows = [{"id": e.id, "seq": e.seq, "status": e.status, "parents": e.parent_ids,
                  "scores": {str(k): v["score"] for k, v in e.scores.items()}} for e in self.entries()]
-        atomic_write(self.root / "index.json",
-                     _dumps({"schema_version": SCHEMA_VERSION, "domain": self.domain, "candidates": rows}))
+        text = _dumps({"schema_version": SCHEMA_VERSION, "domain": self.domain, "candidates": rows})
+        path = self.root / "index.json"
+        if not path.exists() or path.read_text(encoding="utf-8") != text:  # reading a record leaves it untouched
+            atomic_write(path, text)
 
     def add(self, source: str, parent_ids: list[str] | tuple[str, ...] = (), hypothesis: str = "",
             change_summary: str = "", proposer: str = "", iteration: int = 0) -> str:

@@ -22,17 +22,11 @@ from pathlib import Path
 from whalekit import behaviour_plots, plot_style, plots, run_summaries, tables
 from whalekit.archive import archive_holding
 from whalekit.presets import load_preset
+from whalekit.reproduce_plan import figures_dir
 from whalekit.results import RESULTS_ROOT, check_same_code, choose_root
 from whalekit.runs import NoRunsError
 
 FIGURES_ROOT = Path("figures")
-
-
-def default_figures_dir(preset: str, root: str | Path = FIGURES_ROOT) -> Path:
-    """The cpu preset's figures are the committed ones in `root`; every other preset's go
-    below `root/<preset name>/` (as whalekit.reproduce_plan.figures_dir)."""
-    name = Path(preset).stem
-    return Path(root) if name == "cpu" else Path(root) / name
 
 
 def main_comparison(root: Path, preset: str, out: Path) -> list[Path]:
@@ -155,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     root = choose_root(args.results, args.runs, args.preset)
-    out = Path(args.out) if args.out else default_figures_dir(args.preset)
+    out = Path(args.out) if args.out else figures_dir(args.preset, FIGURES_ROOT)
     written = write_figures(root, args.preset, out)
     print(f"wrote {len(written)} files to {out} from {root / Path(args.preset).stem} in "
           f"{time.perf_counter() - started:.1f} s")

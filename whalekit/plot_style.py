@@ -60,7 +60,7 @@ def method_colour(method: str) -> str:
     return METHOD_COLOURS.get(method, "#000000")
 
 
-def accuracy_label(k: int) -> str:
+def accuracy_label(k: int | str) -> str:
     """The accuracy axis's label, with its unit, the same in every figure."""
     return f"test mean@{k} (%)"
 

@@ -47,7 +47,7 @@ from whalekit.plot_style import (
     paper_style,
     require,
 )
-from whalekit.run_summaries import DOMAIN_ORDER, RunSummary
+from whalekit.run_summaries import DOMAIN_ORDER, RunSummary, curve_k, point_k
 from whalekit.schedules import AdaptiveConfig
 from whalekit.stats import Interval, bootstrap_mean
 from whalekit.tables import FLOOR_LABEL, H0_LABEL, POINT_LABELS, floor_interval, initial_runs, interval, schedule_label
@@ -159,7 +159,7 @@ def accuracy_curve_figure(runs: list[RunSummary], best_so_far: bool = False,
         ax.set_ylabel(("best-so-far " if best_so_far else "") + accuracy_label(domain_runs[0].k))
     what = ("best so far over evaluations (selected on test)" if best_so_far
             else "at each evaluation (last: after the whole budget)")
-    fig.suptitle(f"test mean@{runs[0].k} {what}; mean over seeds, band: 95 % interval over seeds × problems",
+    fig.suptitle(f"test {curve_k(runs)} {what}\nmean over seeds, band: 95 % interval over seeds × problems",
                  fontsize=PAPER_STYLE["axes.titlesize"])
     legend(fig, axes)
     return fig
@@ -206,8 +206,9 @@ def accuracy_bars_figure(runs: list[RunSummary], point: str = "final", floors: d
                     label=FLOOR_LABEL)
     ax.set_xticks(range(len(groups)), list(groups))
     ax.set_xlabel("domain")
-    ax.set_ylabel(accuracy_label(runs[0].k))
-    ax.set_title(POINT_LABELS[point].format(k=runs[0].k) + "\nbars: mean over seeds, error bars: 95 % interval, "
+    k = point_k(runs, point)
+    ax.set_ylabel(accuracy_label(k))
+    ax.set_title(POINT_LABELS[point].format(k=k) + "\nbars: mean over seeds, error bars: 95 % interval, "
                  f"dots: seeds, hatched: {NOT_RUN}")
     legend(fig, [ax])
     return fig
@@ -247,7 +248,7 @@ def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
     _controls(left, runs)
     left.set_xlabel("rollouts")
     left.set_ylabel(accuracy_label(runs[0].k))
-    left.set_title(f"{runs[0].domain}: test mean@{runs[0].k} at each evaluation\n"
+    left.set_title(f"{runs[0].domain}: test {curve_k(runs)} at each evaluation\n"
                    "(mean over seeds, band: 95 % interval)")
     for i, label in enumerate(labels):
         group = [r for r in runs if schedule_label(r) == label]

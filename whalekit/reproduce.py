@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="list the notebook executions and stop")
     args = parser.parse_args(argv)
     jobs = plan(args.preset, args.runs_root, args.figures, args.domains, args.methods, args.seeds,
-                grid=not args.no_grid, zero=not args.no_zero_start)
-    whole = plan(args.preset, args.runs_root, args.figures)  # STATUS.md lists the preset's whole set
+                grid=not args.no_grid, zero=not args.no_zero_start, results=args.results)
+    # STATUS.md lists the preset's whole set, whatever this chunk selects
+    whole = plan(args.preset, args.runs_root, args.figures, results=args.results)
     records = Records([j.planned for j in whole if j.planned is not None], Path(args.results), export_run,
                       Deadline(args.max_hours), log=lambda line: print(line, flush=True),
                       selected=[j.planned for j in jobs if j.planned is not None])

@@ -137,7 +137,7 @@ def run_set(domains: list[str], methods: list[str], seeds: list[int], grid_domai
 def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Path | None = None,
          domains: list[str] | None = None, methods: list[str] | None = None,
          seeds: list[int] | tuple[int, ...] | None = None, quickstart_domain: str | None = None,
-         grid: bool = True, zero: bool = True) -> list[Job]:
+         grid: bool = True, zero: bool = True, results: str | Path = "results") -> list[Job]:
     """The whole sequence for a preset: the quickstart, every run (main comparison: each
     method at the preset's schedule on each domain; schedule grid: WHALE at each of the
     preset's grid schedules on the grid domain; grid=False leaves the grid and its notebook
@@ -146,7 +146,8 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     the adaptive method runs).
     `domains` defaults to the preset's domains except the toy one (which exists for
     mechanics), unless toy is all there is. Runs go under `runs_root/<preset>/`; figures
-    default to `figures_dir(preset)`."""
+    default to `figures_dir(preset)`. The analysis notebooks read the records under `results`
+    (whalekit.results.choose_root: the runs when it holds none of the preset)."""
     data = load_preset(preset)
     preset_name = Path(preset).stem
     runs_root = Path(runs_root).resolve()
@@ -186,7 +187,8 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     for notebook in ANALYSIS:
         if (notebook == "05_schedule_grid" and not grid) or (notebook == "06_adaptive" and "adaptive" not in methods):
             continue  # nothing for it to plot
-        parameters = {**common, "domains": domains} if notebook in WITH_DOMAINS else dict(common)
+        parameters = {**common, "results_root": str(Path(results).resolve()),
+                      **({"domains": domains} if notebook in WITH_DOMAINS else {})}
         jobs.append(Job(notebook, parameters, notebooks_out / f"{notebook}.ipynb",
                         expected_outputs(notebook, figures, domains, grid_domain, "adaptive" in methods)))
     return jobs

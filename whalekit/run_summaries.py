@@ -232,6 +232,26 @@ def grid_runs(runs_root: str | Path, preset: str) -> list[RunSummary]:
         raise ValueError(f"preset {preset!r} has no 'grid' section with a domain")
     wanted = {parse_schedule(s) for s in grid.get("schedules", [])}
     runs = find_runs(runs_root, preset, grid["domain"])
-    whale = [r for r in runs if r.method == "whale" and r.schedule in wanted]
+    start = resolve_config(preset, domain=grid["domain"], method="whale").initial_harness
+    # the zero-start runs (from the authors' faithful h0) are whale at a grid schedule too: not the grid's
+    whale = [r for r in runs if r.method == "whale" and r.schedule in wanted
+             and r.config.get("initial_harness", start) == start]
     stagewise = [r for r in main_runs(runs_root, preset, grid["domain"]) if r.method == "stagewise"]
     return sorted(whale, key=lambda r: (r.schedule, r.seed)) + stagewise
+
+
+def point_k(runs: list[RunSummary], point: str) -> str:
+    """Samples per test problem behind `point` over `runs`, for its label: "8", or "2/8" where
+    the chosen evaluations differ (the best may be an intermediate, eval_k_intermediate one)."""
+    return "/".join(str(k) for k in sorted({int(r.point(point).get("k", r.k)) for r in runs}))
+
+
+def curve_k(runs: list[RunSummary]) -> str:
+    """How a curve over every evaluation is measured, for its label: "mean@8", or "mean@8
+    (mean@2 between the first and last evaluation)" where intermediate ones use fewer samples."""
+    ends = sorted({int(e.get("k", r.k)) for r in runs if r.evals for e in (r.evals[0], r.evals[-1])})
+    middle = sorted({int(e.get("k", r.k)) for r in runs for e in r.evals[1:-1]})
+    text = "mean@" + "/".join(str(k) for k in ends or [8])
+    if middle and middle != ends:
+        text += " (mean@" + "/".join(str(k) for k in middle) + " between the first and last evaluation)"
+    return text

@@ -23,7 +23,7 @@ import pandas as pd
 from whalekit.domains.base import get_domain
 from whalekit.domains.chess.baselines import random_legal_move_score
 from whalekit.methods import METHOD_LABELS, METHOD_ORDER
-from whalekit.run_summaries import DOMAIN_ORDER, POINTS, RunSummary, grid_runs, main_runs
+from whalekit.run_summaries import DOMAIN_ORDER, POINTS, RunSummary, grid_runs, main_runs, point_k
 from whalekit.stats import N_RESAMPLES, Interval, bootstrap_mean, paired_difference
 
 # The words every table and figure prints beside each of a run's numbers (run_summaries.POINTS).
@@ -114,7 +114,7 @@ def _format(value: Interval | None, signed: bool = False) -> str:
     return value.format(signed=signed)
 
 
-def _caption(point: str, k: int, what: str) -> str:
+def _caption(point: str, k: int | str, what: str) -> str:
     return (f"{POINT_LABELS[point].format(k=k)} per method and {what}: mean over seeds × test problems "
             f"[95 % bootstrap interval], n = seeds; {ABSENT} = no finished run")
 
@@ -149,7 +149,7 @@ def main_comparison(runs_root: str | Path, preset: str, by_subset: bool = False,
         rows.append({"method": FLOOR_LABEL, **{c: _format(floor_interval(floors.get(c), n_resamples))
                                                for c in columns}})
     frame = pd.DataFrame(rows, columns=["method", *columns])
-    frame.attrs["caption"] = _caption(point, runs[0].k, "sub-dataset" if by_subset else "domain")
+    frame.attrs["caption"] = _caption(point, point_k(runs, point), "sub-dataset" if by_subset else "domain")
     return frame
 
 
@@ -161,8 +161,7 @@ def points_table(runs_root: str | Path, preset: str, domains: list[str] | None =
     runs = [r for r in main_runs(runs_root, preset) if domains is None or r.domain in domains]
     if not runs:
         raise ValueError(f"no finished runs under {Path(runs_root) / preset}")
-    k = runs[0].k
-    headers = {p: POINT_LABELS[p].format(k=k) for p in POINTS}
+    headers = {p: POINT_LABELS[p].format(k=point_k(runs, p)) for p in POINTS}
     rows = []
     first = initial_runs(runs)
     for domain in sorted({r.domain for r in runs}, key=_column_key):
@@ -207,7 +206,8 @@ def paired_comparison(runs_root: str | Path, preset: str, point: str = "final", 
     rows.append({"comparison": f"{label} − {H0_LABEL}",
                  **{d: cell(d, seed_scores(first.get(d, []), "initial")) for d in columns}})
     frame = pd.DataFrame(rows, columns=["comparison", *columns])
-    frame.attrs["caption"] = (f"{label} − baseline in percentage points of {POINT_LABELS[point].format(k=mine[0].k)}"
+    measure = POINT_LABELS[point].format(k=point_k(runs, point))
+    frame.attrs["caption"] = (f"{label} − baseline in percentage points of {measure}"
                               f", paired on the same seeds and test problems [95 % bootstrap interval], n = seeds "
                               f"shared; {ABSENT} = no pair")
     return frame
@@ -229,13 +229,13 @@ def schedule_grid(runs_root: str | Path, preset: str, floors: dict[str, Any] | N
     if not groups:
         raise ValueError(f"no finished schedule-grid runs under {Path(runs_root) / preset}")
     some = next(iter(groups.values()))[0]
-    final, best = (POINT_LABELS[p].format(k=some.k) for p in ("final", "best"))
+    everything = [r for runs in groups.values() for r in runs]
+    final, best = (POINT_LABELS[p].format(k=point_k(everything, p)) for p in ("final", "best"))
     rows = [{"schedule": label, final: _format(interval(runs, "final", n_resamples=n_resamples)),
              best: _format(interval(runs, "best", n_resamples=n_resamples)),
              "rollouts at best": _mean_std([float(r.best["rollouts"]) for r in runs]).replace(".0", ""),
              "rollouts consumed": _mean_std([float(r.rollouts_consumed) for r in runs]).replace(".0", ""),
              "seeds": len(runs)} for label, runs in groups.items()]
-    everything = [r for runs in groups.values() for r in runs]
     h0 = _format(interval(initial_runs(everything)[some.domain], "initial", n_resamples=n_resamples))
     rows.append({"schedule": H0_LABEL, final: h0, best: h0, "rollouts at best": "0", "rollouts consumed": "0",
                  "seeds": len(initial_runs(everything)[some.domain])})
