@@ -24,10 +24,7 @@ from whalekit.domains.toy import ToyDomain
 from whalekit.models import Policy, load_model, load_policy
 from whalekit.rsft import RSFTTrainer, bf16_supported
 from whalekit.rsft_config import RSFTConfig
-from whalekit.rsft_loss import (
-    token_normalised_loss,
-    training_sequences,
-)
+from whalekit.rsft_loss import token_normalised_loss, training_sequences
 from whalekit.types import Trajectory, Turn
 
 TOLERANCE = 1e-4
