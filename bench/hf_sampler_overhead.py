@@ -32,6 +32,7 @@ def main() -> None:
 
     import torch
 
+    from whalekit.cpu_info import cpu_kind
     from whalekit.models import cache_dir, load_model, load_tokenizer, resolve_model_dir
     from whalekit.samplers import GenerationRequest, HFSampler, SamplingParams
 
@@ -83,8 +84,9 @@ def main() -> None:
         ("HFSampler, seeded sampling + stop strings (what rollouts do)",
          lambda: through_sampler(SamplingParams(), stops, True)),
     ]
-    print(f"device {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'CPU'}), model {args.model}, "
-          f"{dtype}, batch {args.batch}, {args.prompt_tokens} prompt / {args.new_tokens} new tokens, torch {torch.__version__}")
+    where = torch.cuda.get_device_name() if device == "cuda" else cpu_kind()
+    print(f"device {device} ({where}), model {args.model}, {dtype}, batch {args.batch}, "
+          f"{args.prompt_tokens} prompt / {args.new_tokens} new tokens, torch {torch.__version__}")
     for _, run in cases:  # warm-up: kernels, allocator, stop-criteria cache
         run()
     baseline = None
