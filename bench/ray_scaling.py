@@ -8,7 +8,9 @@ should expect from adding cores (see docs/scaling.md for the cluster picture).
 
     flock /tmp/whalekit-cpu.lock python bench/ray_scaling.py --model smollm2-135m --episodes 32 --new-tokens 64
 
-Measured (2 shared cores, SmolLM2-135M, 1,929 generated tokens, --repeats 3; a --repeats 2 run
+Measured (2 shared cores, CPU kind not recorded: measured 2026-12-01, before the project named
+it; AVX2-only or AVX-512/AMX;
+SmolLM2-135M, 1,929 generated tokens, --repeats 3; a --repeats 2 run
 in brackets): local engine 24.17 s (22.69), local backend 1.06x (1.00x), one Ray worker x 2 CPUs
 1.11x (1.12x), two Ray workers x 1 CPU 1.02x (1.10x) of the local engine; two workers vs one
 0.92x (0.98x); every backend returned exactly the local trajectories. See docs/scaling.md.

@@ -8,7 +8,8 @@ generated token), and, for vLLM, the seconds one weight sync takes.
     python bench/rollout_throughput.py --batches 1 8 32 64 --new-tokens 128
     flock /tmp/whalekit-cpu.lock python bench/rollout_throughput.py --sampler hf vllm --batches 64
 
-Measured on a quiet machine (2 cores, one process, SmolLM2-135M, 128 new tokens):
+Measured on a quiet machine (2 cores, CPU kind not recorded: measured 2026-12-01, before the
+project named it; AVX2-only or AVX-512/AMX; one process, SmolLM2-135M, 128 new tokens):
     flock /tmp/whalekit-cpu.lock /work/vvenv/bin/python bench/rollout_throughput.py \
         --sampler hf vllm --batches 64 128 --naive-episodes 2
   naive loop 18.2 tok/s; transformers sampler in the engine 67.2 (batch 64) / 105.2 (128);
