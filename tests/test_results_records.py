@@ -13,6 +13,7 @@ from run_fixtures import write_run
 
 from whalekit import behaviour_plots, figures, plots, reproduce_plan, results, run_summaries, tables, viewer
 from whalekit.archive import Archive, archive_holding
+from whalekit.code_identity import RunCode
 from whalekit.results import MixedRecordsError, UnfinishedRunError, export_run
 from whalekit.runs import RunDir
 
@@ -148,12 +149,12 @@ def test_a_record_is_found_read_back_and_compared_with_a_configuration(tmp_path)
     assert results.find_record(tmp_path / "results", "smoke", "toy", run.root.name) == record_dir
     record = results.read_record(record_dir)
     assert "provenance" not in record.config and record.provenance["cpu_kind"]
-    sha = record.provenance.get("source_sha256")
+    code = RunCode(str(record.provenance.get("source_sha256")))
     # another runs_root is the same run; another budget, or other code, is not
-    assert results.record_changes(record, {**config.to_json(), "runs_root": "/elsewhere"}, sha) == []
+    assert results.record_changes(record, {**config.to_json(), "runs_root": "/elsewhere"}, code) == []
     changed = resolve_config("smoke", domain="toy", method="whale", runs_root=str(tmp_path), budget=128)
-    assert any(c.startswith("budget.rollouts") for c in results.record_changes(record, changed.to_json(), sha))
-    assert any("source_sha256" in c for c in results.record_changes(record, config.to_json(), "other code"))
+    assert any(c.startswith("budget.rollouts") for c in results.record_changes(record, changed.to_json(), code))
+    assert any("package source" in c for c in results.record_changes(record, config.to_json(), RunCode("other")))
 
 
 def _set_provenance(folder, **block):

@@ -13,6 +13,7 @@ from run_fixtures import write_run
 
 from whalekit import notebook_runner, reproduce, reproduce_plan
 from whalekit import provenance as prov
+from whalekit.code_identity import RunCode, register
 from whalekit.results import record_path
 from whalekit.run_set import LEFT, OTHER_CODE, OTHER_CONFIG, RECORDED, Deadline, Records
 
@@ -74,10 +75,27 @@ def test_a_record_counts_only_for_the_same_configuration_and_code(tmp_path):
     _record(planned[0], results, source="a" * 64)
     _record(planned[1], results, source="b" * 64)
     _record(planned[2], results, source="a" * 64, eval_k=5)
-    records = Records([j.planned for j in planned], results, _copy_export, source="a" * 64, cpu=CPU)
+    records = Records([j.planned for j in planned], results, _copy_export, code=RunCode("a" * 64), cpu=CPU)
     states = [s.state for s in records.states]
     assert states == [RECORDED, OTHER_CODE, OTHER_CONFIG, LEFT]
     assert "eval_k" in records.states[2].reason and "bbbbbbbbbbbb" in records.states[1].reason
+
+
+def test_a_record_of_other_package_source_counts_when_the_code_a_run_executes_is_unchanged(tmp_path):
+    jobs = _plan(tmp_path, seeds=[0, 1])
+    planned = [j for j in jobs if j.planned is not None]
+    results = tmp_path / "results"
+    _record(planned[0], results, source="old" + "0" * 61)
+    _record(planned[1], results, source="edit" + "0" * 60)
+    _record(planned[2], results, source="unknown" + "0" * 57)
+    now = RunCode("new" + "0" * 61, {"whalekit/rsft_loss.py": "x", "whalekit/engine.py": "y"})
+    # the old version ran the same modules (a reporting edit since); the other edited the loss
+    register(results, RunCode("old" + "0" * 61, dict(now.modules)), "c0ffee")
+    register(results, RunCode("edit" + "0" * 60, {**now.modules, "whalekit/rsft_loss.py": "z"}), "beef")
+    records = Records([j.planned for j in planned], results, _copy_export, code=now, cpu=CPU)
+    assert [s.state for s in records.states[:3]] == [RECORDED, OTHER_CODE, OTHER_CODE]
+    assert "whalekit/rsft_loss.py (edited)" in records.states[1].reason
+    assert "not in the ledger" in records.states[2].reason
 
 
 def test_the_eta_comes_from_runs_timed_on_this_cpu_kind_only(tmp_path):
@@ -85,11 +103,11 @@ def test_the_eta_comes_from_runs_timed_on_this_cpu_kind_only(tmp_path):
     results = tmp_path / "results"
     _record(jobs[0], results, source="a" * 64, wall_s=600.0)  # whale s0 on this CPU kind
     _record(jobs[1], results, source="a" * 64, wall_s=60.0, cpu="Another CPU, native bf16 (AVX512-BF16/AMX)")
-    records = Records([j.planned for j in jobs], results, _copy_export, source="a" * 64, cpu=CPU)
+    records = Records([j.planned for j in jobs], results, _copy_export, code=RunCode("a" * 64), cpu=CPU)
     summary = records.summary()
     # four runs left, all estimated from the one run timed on this CPU kind (600 s)
     assert "2 of 6 runs recorded, 4 left; ETA 40:00" in summary and CPU in summary
-    elsewhere = Records([j.planned for j in jobs], results, _copy_export, source="a" * 64, cpu="Unseen CPU")
+    elsewhere = Records([j.planned for j in jobs], results, _copy_export, code=RunCode("a" * 64), cpu="Unseen CPU")
     assert "ETA not known yet: no run of this set has been timed on Unseen CPU" in elsewhere.summary()
 
 
@@ -162,7 +180,7 @@ def test_the_dry_run_prints_the_plan_with_done_left_and_eta(tmp_path, monkeypatc
 def test_a_chunk_of_a_few_runs_still_lists_every_planned_run_in_status(tmp_path):
     jobs = [j for j in _plan(tmp_path, seeds=[0, 1]) if j.planned is not None]
     results = tmp_path / "results"
-    records = Records([j.planned for j in jobs], results, _copy_export, source="a" * 64, cpu=CPU,
+    records = Records([j.planned for j in jobs], results, _copy_export, code=RunCode("a" * 64), cpu=CPU,
                       selected=[jobs[0].planned])
     records.write_status()
     status = (results / "smoke" / "STATUS.md").read_text()

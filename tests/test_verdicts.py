@@ -41,7 +41,7 @@ def test_results_say_holds_fails_inconclusive_and_unmeasured_where_each_is_due(t
     assert f"{verdicts.UNMEASURED} (3 and 0 of 3 seeds recorded)" in fst
     assert f"{verdicts.UNMEASURED} (0 and 3 of 3 seeds recorded)" in adaptive
     bottleneck = next(s for s in sections if s.startswith("Which lever"))
-    assert "| toy | +50.0" in bottleneck and "harness-dominated" in bottleneck
+    assert "| toy | +50.0" in bottleneck and "the harness lever moved it more" in bottleneck
     assert "final** test mean@2" in text and rows, "the headline is the final number, with its k"
 
 
@@ -54,3 +54,41 @@ def test_a_zero_start_run_is_judged_in_its_own_table_not_in_the_main_one(tmp_pat
     main, zero = text.split("### The zero start")
     assert "(3 and 0 of 3 seeds recorded)" in main.split("### WHALE beats weight-only")[1].split("###")[0]
     assert "| toy | 0.0 [0.0, 0.0] n=3 | — | 50.0" in zero
+
+
+def _verdict_cells(text: str) -> list[str]:
+    words = (verdicts.HOLDS, verdicts.FAILS, verdicts.INCONCLUSIVE, verdicts.UNMEASURED)
+    return [cell.strip() for line in text.splitlines() if line.startswith("|")
+            for cell in line.split("|") if any(word in cell for word in words)]
+
+
+def test_no_verdict_depends_on_the_resampling_seed(tmp_path):
+    # seeds that disagree (+60, +10, -5 points): near the boundary, where a bootstrap's own seed decided before
+    for seed, (whale, weights) in enumerate([(0.875, 0.25), (0.5, 0.375), (0.375, 0.4375)]):
+        write_run(tmp_path, "whale", [0.25, whale], seed=seed, problems=32)
+        write_run(tmp_path, "weight_only", [0.25, weights], seed=seed, problems=32)
+    texts = [verdicts.results_markdown(tmp_path, "smoke", n_resamples=300, rng_seed=rng) for rng in range(20)]
+    cells = [_verdict_cells(text) for text in texts]
+    assert cells[0] and all(c == cells[0] for c in cells), "a verdict changed with the resampling seed"
+    rows = [{line for line in text.splitlines() if line.startswith("| toy |")} for text in texts]
+    assert len(set.union(*rows)) > len(rows[0]), "the problem-bootstrap column is shown, and only it moves"
+
+
+def test_each_claim_shows_its_per_seed_values_and_how_many_seeds_agree(tmp_path):
+    for seed, final in enumerate([0.75, 0.625, 0.5]):
+        write_run(tmp_path, "whale", [0.25, final], seed=seed, problems=32)
+        write_run(tmp_path, "weight_only", [0.25, 0.5], seed=seed, problems=32)
+    section = verdicts.results_markdown(tmp_path, "smoke", n_resamples=100).split("### WHALE beats weight-only")[1]
+    row = next(line for line in section.splitlines() if line.startswith("| toy"))
+    assert "+25.0 / +12.5 / +0.0" in row and "| 2 of 3 |" in row
+
+
+def test_the_conditions_the_decomposition_and_the_threats_are_part_of_the_results(tmp_path):
+    _runs(tmp_path, "whale", 0.75)
+    text = verdicts.results_markdown(tmp_path, "smoke", n_resamples=100)
+    conditions = text.split("## Conditions")[1].split("##")[0]
+    assert "| toy | tiny-random |" in conditions and "reflective" in conditions
+    decomposition = text.split("### Where the change came from")[1].split("###")[0]
+    # the fixture's one stage is a weight stage: 25 -> 75
+    assert "| toy | WHALE | +50.0" in decomposition and "no such stage" in decomposition
+    assert "## Threats to validity" in text and "Runs resumed after a kill" in text

@@ -18,7 +18,7 @@ from whalekit.methods import METHOD_LABELS, METHOD_ORDER
 from whalekit.plot_style import FIGURE_RESAMPLES, PAPER_STYLE, figure, legend, method_colour, paper_style, require
 from whalekit.run_summaries import RunSummary
 from whalekit.runs import read_jsonl_records
-from whalekit.stats import Interval, bootstrap_mean
+from whalekit.stats import Interval, seed_interval
 
 
 def behaviour_keys(runs: list[RunSummary]) -> list[str]:
@@ -65,7 +65,7 @@ def behaviour_units(runs: list[RunSummary]) -> dict[str, str]:
 def behaviour_curve(runs: list[RunSummary], metric: str) -> tuple[list[int], list[Interval]]:
     """One method's behaviour metric over seeds, as `accuracy_curve` does for accuracy: at
     every rollout count where a seed evaluated, each seed's latest value, their mean and
-    the 95 % bootstrap interval over seeds (a point, not a band, with one seed)."""
+    the 95 % t-interval over seed means (a point, not a band, with one seed)."""
     xs = sorted({int(e["rollouts"]) for run in runs for e in run.evals if metric in e.get("behaviour", {})})
     curve = []
     for x in xs:
@@ -74,7 +74,8 @@ def behaviour_curve(runs: list[RunSummary], metric: str) -> tuple[list[int], lis
             seen = [e for e in run.evals if int(e["rollouts"]) <= x and metric in e.get("behaviour", {})]
             if seen:
                 per_seed.append([float(seen[-1]["behaviour"][metric])])
-        curve.append(bootstrap_mean(per_seed, FIGURE_RESAMPLES))
+        # counts and rates are never negative
+        curve.append(seed_interval(per_seed, n_resamples=FIGURE_RESAMPLES, bounds=(0.0, float("inf"))))
     return xs, curve
 
 

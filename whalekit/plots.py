@@ -49,7 +49,7 @@ from whalekit.plot_style import (
 )
 from whalekit.run_summaries import DOMAIN_ORDER, RunSummary, curve_k, point_k
 from whalekit.schedules import AdaptiveConfig
-from whalekit.stats import Interval, bootstrap_mean
+from whalekit.stats import Interval, seed_interval
 from whalekit.tables import FLOOR_LABEL, H0_LABEL, POINT_LABELS, floor_interval, initial_runs, interval, schedule_label
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def accuracy_curve(runs: list[RunSummary], best_so_far: bool = False,
             if seen:
                 chosen = max(seen, key=lambda e: (e["mean_at_k"], -e["rollouts"])) if best_so_far else seen[-1]
                 per_seed.append(list(run.problem_scores(chosen).values()))
-        curve.append(bootstrap_mean(per_seed, n_resamples))
+        curve.append(seed_interval(per_seed, n_resamples=n_resamples, bounds=(0.0, 1.0)))
     return xs, curve
 
 

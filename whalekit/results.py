@@ -17,7 +17,8 @@ figure drawn from `results/` is the figure drawn from `runs/`. What a record kee
     examples.jsonl       EXAMPLES full trajectories of the final evaluation, for the viewer (no prompt ids)
 
 No checkpoints, no archive trajectories. The figures refuse records made by other code
-(`check_same_code`): a set is made at one commit and re-made as a whole when code changes.
+(`check_same_code`): a set is made at one commit and re-made as a whole when the code a run
+executes changes (`code_identity`; `export_run` adds the run's code to `results/run_code.json`).
 
     record = export_run(Path("runs/cpu/math/whale-0.6,6-s0"))   # -> results/cpu/math/whale-0.6,6-s0
     check_same_code(run_summaries.find_runs("results", "cpu"))  # MixedRecordsError naming the odd ones
@@ -31,12 +32,13 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from whalekit.archive import Archive, archive_folders
+from whalekit.code_identity import RunCode, register
 from whalekit.cpu_info import cpu_kind
 from whalekit.presets import flatten
 from whalekit.provenance import PACKAGE_DIR
@@ -128,7 +130,17 @@ def export_run(run_dir: str | Path, results_root: str | Path = RESULTS_ROOT) -> 
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    _register_code(config.get("provenance") or {}, Path(results_root))
     return target
+
+
+def _register_code(block: dict[str, Any], results_root: Path) -> None:
+    """Put the code that made the run in the run-code ledger (`code_identity`), so a later
+    edit outside what a run executes leaves the record valid. Only when that code is this
+    checkout's: another version's modules are known only to git (`--commit`)."""
+    code = RunCode.of_package(PACKAGE_DIR)
+    if block.get("source_sha256") == code.source_sha256:
+        register(results_root, code, block.get("git_commit"))
 
 
 def _write_record(run: RunDir, config: dict[str, Any], events: list[dict[str, Any]], out: Path) -> None:
@@ -307,17 +319,17 @@ def read_record(folder: str | Path) -> Record:
     return Record(folder, config, provenance, json.loads((folder / "record.json").read_text(encoding="utf-8")))
 
 
-def record_changes(record: Record, config: dict[str, Any], source_sha256: str) -> list[str]:
-    """How a run with `config` (a RunConfig's to_json()) made by the code hashed
-    `source_sha256` would differ from `record` (empty: the record is that run; reuse it).
-    Keys that do not change what a run computes (runs_root, backend, tracking) are ignored."""
+def record_changes(record: Record, config: dict[str, Any], code: RunCode,
+                   ledger: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
+    """How a run with `config` (a RunConfig's to_json()) made by `code` would differ from
+    `record` (empty: the record is that run; reuse it). Keys that do not change what a run
+    computes (runs_root, backend, tracking) are ignored, and so is code a run does not
+    execute (`code_identity`: `ledger` maps the record's source hash to its run modules)."""
     recorded, current = flatten(record.config), flatten(json.loads(json.dumps(config, default=str)))
     changes = [f"{key}: {recorded.get(key)!r} -> {current.get(key)!r}" for key in sorted(set(recorded) | set(current))
                if key not in NOT_CONFIGURATION and not key.startswith(NOT_CONFIGURATION_PREFIXES)
                and recorded.get(key) != current.get(key)]
-    if record.provenance.get("source_sha256") != source_sha256:
-        changes.append(f"provenance.source_sha256: {record.provenance.get('source_sha256')!r} -> {source_sha256!r}")
-    return changes
+    return changes + code.changes_since(record.provenance, ledger or {})
 
 
 # -- one code version per set of figures ---------------------------------------------------

@@ -9,10 +9,11 @@ the code that makes it is skipped), and a reader must see where the set stands.
 
 A record counts for a planned run when its configuration equals the run's (the same rule
 that keeps a finished run from passing as another configuration's, `config.config_changes`)
-and it was made by the same package source (`provenance.source_sha256`): a record of other
-code is "other code" and is made again at the set's code, never mixed in silently.
+and the code a run executes is the same as the code that made it (`code_identity`: every
+module of the run's import closure byte-identical; reporting code does not count): a record
+of other code is "other code" and is made again at the set's code, never mixed in silently.
 
-    states = record_states(entries, Path("results"), source_sha256())
+    states = record_states(entries, Path("results"), RunCode.of_package())
     print(plan_summary(entries, states, cpu_kind()))
     write_status(entries, states, Path("results/cpu/STATUS.md"), ...)
 """
@@ -26,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whalekit.code_identity import RunCode, ledger_entries
 from whalekit.config import RunConfig, config_changes
 from whalekit.cpu_info import cpu_kind
 from whalekit.progress import format_duration
-from whalekit.provenance import git_commit, git_tag, source_sha256
+from whalekit.provenance import git_commit, git_tag
 from whalekit.results import record_path
 from whalekit.runs import RunDir, atomic_write
 
@@ -68,9 +70,9 @@ class RecordState:
     reason: str = ""
 
 
-def record_state(run: PlannedRun, results_root: Path, source: str) -> RecordState:
+def record_state(run: PlannedRun, results_root: Path, code: RunCode) -> RecordState:
     """The state of one planned run against the records: RECORDED (a finished record of
-    this configuration made by the package source `source`), OTHER_CODE, OTHER_CONFIG, or LEFT."""
+    this configuration made by code that runs as `code` does), OTHER_CODE, OTHER_CONFIG, or LEFT."""
     folder = record_path(run.config, results_root)
     record = RunDir(folder)
     if not record.config_path.exists() or not record.done:
@@ -83,14 +85,14 @@ def record_state(run: PlannedRun, results_root: Path, source: str) -> RecordStat
     changes = config_changes(run.config, folder)
     if changes:
         return RecordState(OTHER_CONFIG, folder, wall, cpu, commit, "; ".join(changes))
-    if block.get("source_sha256") != source:
-        return RecordState(OTHER_CODE, folder, wall, cpu, commit, f"made by package source "
-                           f"{str(block.get('source_sha256'))[:12]}, this checkout is {source[:12]}")
+    code_changes = code.changes_since(block, ledger_entries(results_root))
+    if code_changes:
+        return RecordState(OTHER_CODE, folder, wall, cpu, commit, "; ".join(code_changes))
     return RecordState(RECORDED, folder, wall, cpu, commit)
 
 
-def record_states(runs: Sequence[PlannedRun], results_root: Path, source: str) -> list[RecordState]:
-    return [record_state(run, results_root, source) for run in runs]
+def record_states(runs: Sequence[PlannedRun], results_root: Path, code: RunCode) -> list[RecordState]:
+    return [record_state(run, results_root, code) for run in runs]
 
 
 def estimate_s(run: PlannedRun, runs: Sequence[PlannedRun], states: Sequence[RecordState],
@@ -151,8 +153,9 @@ def write_status(runs: Sequence[PlannedRun], states: Sequence[RecordState], path
              f"Written by `python -m whalekit.reproduce` at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
              f"from commit `{commit[:12]}`" + (f" (tag `{tag}`)" if tag else " (no tag)") + ".",
              f"**{len(runs) - left} of {len(runs)} runs recorded, {left} left.** {eta_text(runs, states, cpu)}.",
-             "A run counts when its record under results/ has this configuration and was made by this code "
-             "(package source hash); `other code` and `other configuration` records are made again.", ""]
+             "A run counts when its record under results/ has this configuration and was made by code that runs "
+             "as this code does (every module a run executes byte-identical: `whalekit.code_identity`, ledger "
+             "`results/run_code.json`); `other code` and `other configuration` records are made again.", ""]
     if running:
         lines += [f"Running now: `{running}`.", ""]
     for tier in sorted({r.tier for r in runs}):
@@ -194,7 +197,7 @@ class Records:
     deadline keeps a run from starting; the chunk then ends at that run boundary."""
 
     def __init__(self, runs: Sequence[PlannedRun], results_root: Path, export: Any, deadline: Deadline | None = None,
-                 log: Any = print, source: str | None = None, cpu: str | None = None,
+                 log: Any = print, code: RunCode | None = None, cpu: str | None = None,
                  selected: Sequence[PlannedRun] | None = None):
         # `runs`: the preset's whole planned set (STATUS.md lists every one, whatever a chunk
         # selects); `selected`: the runs this chunk makes (default: all of them)
@@ -203,11 +206,11 @@ class Records:
         self.runs += [r for r in selected or () if r.key not in known]  # a selection beyond the preset's set
         self.selected = {r.key for r in (self.runs if selected is None else selected)}
         # the code and machine this chunk runs on (tests may pin them)
-        self.source, self.cpu = source or source_sha256(), cpu or cpu_kind()
+        self.code, self.cpu = code or RunCode.of_package(), cpu or cpu_kind()
         self.commit, self.tag = git_commit(), git_tag()
         self.deadline = deadline or Deadline(None)
         self.log = log
-        self.states = record_states(self.runs, self.results_root, self.source)
+        self.states = record_states(self.runs, self.results_root, self.code)
         self.stopped = False
 
     def _index(self, run: PlannedRun) -> int:
@@ -234,7 +237,7 @@ class Records:
         if RunDir(run.config.run_dir).done:
             folder = self.export(run.config.run_dir, self.results_root)
             self.log(f"recorded {run.key} in {folder}")
-        self.states[self._index(run)] = record_state(run, self.results_root, self.source)
+        self.states[self._index(run)] = record_state(run, self.results_root, self.code)
         self.write_status()
 
     def status_path(self) -> Path:

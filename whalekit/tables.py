@@ -24,7 +24,7 @@ from whalekit.domains.base import get_domain
 from whalekit.domains.chess.baselines import random_legal_move_score
 from whalekit.methods import METHOD_LABELS, METHOD_ORDER
 from whalekit.run_summaries import DOMAIN_ORDER, POINTS, RunSummary, grid_runs, main_runs, point_k
-from whalekit.stats import N_RESAMPLES, Interval, bootstrap_mean, paired_difference
+from whalekit.stats import N_RESAMPLES, Interval, paired_difference, seed_interval
 
 # The words every table and figure prints beside each of a run's numbers (run_summaries.POINTS).
 POINT_LABELS = {"final": "final test mean@{k} (%, after the whole budget)",
@@ -56,10 +56,12 @@ def seed_scores(runs: list[RunSummary], point: str = "final", subset: str | None
 
 def interval(runs: list[RunSummary], point: str = "final", subset: str | None = None,
              n_resamples: int = N_RESAMPLES) -> Interval | None:
-    """Mean of `point` over the runs' seeds × test problems with its 95 % bootstrap interval
-    (None when there are no runs: drawn as absent)."""
+    """Mean of `point` over the runs' seeds (each seed's mean over its test problems) with
+    the 95 % t-interval over the seed means and the seed means (`stats.seed_interval`;
+    None when there are no runs: drawn as absent)."""
     scores = [s for s in seed_scores(runs, point, subset).values() if s]
-    return bootstrap_mean([list(s.values()) for s in scores], n_resamples) if scores else None
+    return seed_interval([list(s.values()) for s in scores], n_resamples=n_resamples, bounds=(0.0, 1.0)) \
+        if scores else None
 
 
 def initial_runs(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
@@ -74,7 +76,7 @@ def initial_runs(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
 def floor_interval(floor: Any, n_resamples: int = N_RESAMPLES) -> Interval | None:
     """A precomputed floor (e.g. whalekit.domains.chess.baselines.random_legal_move_score):
     a fraction; an object with `per_task` (task id -> score) and `mean_at_k`; or a mapping
-    seed -> such an object. Per-task scores get a bootstrap interval; a bare number none."""
+    seed -> such an object. Per-task scores get the seed interval; a bare number none."""
     if floor is None:
         return None
     if isinstance(floor, (int, float)):
@@ -82,7 +84,7 @@ def floor_interval(floor: Any, n_resamples: int = N_RESAMPLES) -> Interval | Non
     per_seed = list(floor.values()) if isinstance(floor, dict) else [floor]
     tasks = [list(getattr(f, "per_task", {}).values()) for f in per_seed]
     if all(tasks):
-        return bootstrap_mean(tasks, n_resamples)
+        return seed_interval(tasks, n_resamples=n_resamples, bounds=(0.0, 1.0))
     values = [float(f) if isinstance(f, (int, float)) else float(f.mean_at_k) for f in per_seed]
     mean = sum(values) / len(values)
     return Interval(mean, min(values), max(values), len(values), 0)
@@ -116,14 +118,14 @@ def _format(value: Interval | None, signed: bool = False) -> str:
 
 def _caption(point: str, k: int | str, what: str) -> str:
     return (f"{POINT_LABELS[point].format(k=k)} per method and {what}: mean over seeds × test problems "
-            f"[95 % bootstrap interval], n = seeds; {ABSENT} = no finished run")
+            f"[95 % t-interval over seed means], n = seeds; {ABSENT} = no finished run")
 
 
 def main_comparison(runs_root: str | Path, preset: str, by_subset: bool = False,
                     domains: list[str] | None = None, point: str = "final",
                     floors: dict[str, Any] | None = None, n_resamples: int = N_RESAMPLES) -> pd.DataFrame:
     """Table 2: test mean@k (%) at `point` (final | selected | best) per method (rows) and
-    domain (columns), each cell the mean with its 95 % bootstrap interval over seeds × test
+    domain (columns), each cell the mean with its 95 % t-interval over the seed means of test
     problems; with `by_subset`, one column per domain/sub-dataset. Beside the methods: h0
     with the initial weights and, for domains in `floors` (see `floor_scores`), the floor."""
     runs = [r for r in main_runs(runs_root, preset) if domains is None or r.domain in domains]
@@ -176,8 +178,8 @@ def points_table(runs_root: str | Path, preset: str, domains: list[str] | None =
             floor = _format(floor_interval(floors[domain], n_resamples))
             rows.append({"domain": domain, "method": FLOOR_LABEL, **{headers[p]: floor for p in POINTS}})
     frame = pd.DataFrame(rows)
-    frame.attrs["caption"] = ("three numbers per method (%): mean over seeds × test problems [95 % bootstrap "
-                              "interval], n = seeds; only the last column looks at test results to choose")
+    frame.attrs["caption"] = ("three numbers per method (%): mean over seeds × test problems [95 % t-interval "
+                              "over seed means], n = seeds; only the last column looks at test results to choose")
     return frame
 
 
@@ -185,7 +187,7 @@ def paired_comparison(runs_root: str | Path, preset: str, point: str = "final", 
                       domains: list[str] | None = None, n_resamples: int = N_RESAMPLES) -> pd.DataFrame:
     """`reference` − each other method (and − h0 with the initial weights), in percentage
     points of test mean@k at `point`, paired on the same seeds and the same test problems,
-    with the 95 % bootstrap interval of the paired differences."""
+    with the 95 % paired t-interval of the per-seed differences."""
     runs = [r for r in main_runs(runs_root, preset) if domains is None or r.domain in domains]
     mine = [r for r in runs if r.method == reference]
     if not mine:
@@ -208,8 +210,8 @@ def paired_comparison(runs_root: str | Path, preset: str, point: str = "final", 
     frame = pd.DataFrame(rows, columns=["comparison", *columns])
     measure = POINT_LABELS[point].format(k=point_k(runs, point))
     frame.attrs["caption"] = (f"{label} − baseline in percentage points of {measure}"
-                              f", paired on the same seeds and test problems [95 % bootstrap interval], n = seeds "
-                              f"shared; {ABSENT} = no pair")
+                              f", paired on the same seeds and test problems [95 % paired t-interval over seeds], "
+                              f"n = seeds shared; {ABSENT} = no pair")
     return frame
 
 
@@ -245,8 +247,8 @@ def schedule_grid(runs_root: str | Path, preset: str, floors: dict[str, Any] | N
                      "rollouts consumed": "0", "seeds": len(floors[some.domain]) if isinstance(
                          floors[some.domain], dict) else 1})
     frame = pd.DataFrame(rows)
-    frame.attrs["caption"] = (f"schedule grid on {some.domain}: mean over seeds × test problems [95 % bootstrap "
-                              f"interval], n = seeds; rollouts: mean ± std over seeds")
+    frame.attrs["caption"] = (f"schedule grid on {some.domain}: mean over seeds × test problems [95 % t-interval "
+                              f"over seed means], n = seeds; rollouts: mean ± std over seeds")
     return frame
 
 

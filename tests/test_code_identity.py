@@ -1,0 +1,84 @@
+"""A record is re-made only when code that a run executes changes (whalekit.code_identity):
+reporting and reproduction lie outside a run's import closure, so editing them keeps every
+record valid, while editing the loss, the engine or a domain does not."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from whalekit.code_identity import RunCode, ledger_entries, run_closure
+from whalekit.provenance import PACKAGE_DIR, source_sha256
+
+ROOT = PACKAGE_DIR.parent
+REPORTING = ("verdicts", "plots", "behaviour_plots", "plot_style", "tables", "stats", "figures", "widgets", "viewer",
+             "run_summaries", "reproduce", "reproduce_plan", "notebook_runner", "run_set", "results", "cli",
+             "code_identity")
+COMPUTING = ("whale", "rsft", "rsft_loss", "engine", "episode", "search", "evaluation", "samplers/vllm",
+             "domains/chess/verifier", "proposers/reflective", "harness_worker", "sandbox")
+
+
+def _closure() -> list[str]:
+    files = [p.relative_to(ROOT).as_posix() for p in PACKAGE_DIR.rglob("*.py")]
+    return run_closure(files, lambda path: (ROOT / path).read_bytes())
+
+
+def test_a_run_executes_the_driver_and_its_parts_but_no_reporting_or_reproduction_code():
+    closure = set(_closure())
+    missing = [m for m in COMPUTING if f"whalekit/{m}.py" not in closure]
+    assert not missing, f"modules a run executes are outside its closure: {missing}"
+    reached = [m for m in REPORTING if f"whalekit/{m}.py" in closure]
+    assert not reached, f"a run imports reporting code, so editing it would re-make every record: {reached}"
+
+
+def test_the_source_hash_is_the_one_every_record_carries():
+    assert RunCode.of_package().source_sha256 == source_sha256()
+
+
+@pytest.fixture()
+def package_copy(tmp_path):
+    shutil.copytree(PACKAGE_DIR, tmp_path / "whalekit", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path / "whalekit"
+
+
+@pytest.mark.parametrize("edited", ["verdicts.py", "plots.py", "stats.py", "run_set.py"])
+def test_an_edit_to_reporting_code_leaves_every_record_valid(package_copy, edited):
+    made_by = RunCode.of_package(package_copy)
+    ledger = {made_by.source_sha256: {"modules": made_by.modules}}
+    with (package_copy / edited).open("a") as file:
+        file.write("\n# an analysis edit\n")
+    now = RunCode.of_package(package_copy)
+    assert now.source_sha256 != made_by.source_sha256
+    assert now.changes_since({"source_sha256": made_by.source_sha256}, ledger) == []
+
+
+@pytest.mark.parametrize("edited", ["rsft_loss.py", "engine.py", "domains/math/verifier.py"])
+def test_an_edit_to_code_a_run_executes_makes_the_record_other_code(package_copy, edited):
+    made_by = RunCode.of_package(package_copy)
+    ledger = {made_by.source_sha256: {"modules": made_by.modules}}
+    with (package_copy / edited).open("a") as file:
+        file.write("\nEDITED = True\n")
+    changes = RunCode.of_package(package_copy).changes_since({"source_sha256": made_by.source_sha256}, ledger)
+    assert len(changes) == 1 and f"whalekit/{edited} (edited)" in changes[0]
+
+
+def test_a_version_outside_the_ledger_is_compared_by_its_whole_source():
+    changes = RunCode("a" * 64).changes_since({"source_sha256": "b" * 64}, {})
+    assert changes and "not in the ledger" in changes[0]
+
+
+def test_the_ledger_holds_the_committed_records_code_as_git_has_it():
+    ledger = ledger_entries(ROOT / "results")
+    versions = {json.loads(p.read_text())["provenance"]["source_sha256"]
+                for p in (ROOT / "results").glob("*/*/*/config.json")}
+    assert versions and versions <= set(ledger), "every records' code version is in results/run_code.json"
+    for version in versions:
+        commit = ledger[version]["commit"]
+        known = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT, capture_output=True)
+        if known.returncode != 0:
+            pytest.skip(f"commit {commit} is not in this clone's history (a shallow clone): cannot re-derive it")
+        again = RunCode.at_commit(commit, ROOT)
+        assert again.source_sha256 == version and again.modules == ledger[version]["modules"]
