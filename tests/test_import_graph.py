@@ -56,7 +56,7 @@ LAYERS: dict[str, int] = {
     "whalekit.reproduce_plan": 4, "whalekit.notebook_runner": 4,
     "whalekit.run_set": 4, "whalekit.verdicts": 4, "whalekit.figures": 4,
     "whalekit.run_summaries": 4, "whalekit.plot_style": 4, "whalekit.behaviour_plots": 4,
-    "whalekit.stage_effects": 4, "whalekit.threats": 4,
+    "whalekit.stage_effects": 4, "whalekit.threats": 4, "whalekit.lever_plots": 4,
 }
 
 # In-function imports that guard no heavy dependency, left by work in flight: none remain.

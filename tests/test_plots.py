@@ -52,7 +52,7 @@ def test_main_table_shows_the_final_number_with_an_interval_over_seeds_and_probl
     # whale finals: seed 0 50 %, seed 1 100 % -> 75; the (1.0, 2) grid run is not "whale" here
     mean, low, high, seeds = _mean_and_interval(cells["WHALE"])
     assert (mean, seeds) == (75.0, "2") and low < 75.0 < high
-    assert _mean_and_interval(cells["weights only"])[::3] == (50.0, "1")
+    assert _mean_and_interval(cells["weights only"])[::3] == (50.0, "1 (problem noise only)")
     assert _mean_and_interval(cells["WHALE (adaptive)"])[0] == 75.0
     assert "final test mean@2 (%, after the whole budget)" in table.attrs["caption"]
     by_subset = tables.main_comparison(runs_root, "smoke", by_subset=True)
@@ -67,7 +67,7 @@ def test_every_table_carries_the_h0_control_and_an_optional_floor(runs_root):
     cells = dict(zip(table["method"], table["toy"]))
     # h0 = each seed's first evaluation: whale seed 0 (25 %) and seed 1 (50 %)
     assert _mean_and_interval(cells[tables.H0_LABEL])[::3] == (37.5, "2")
-    assert _mean_and_interval(cells[tables.FLOOR_LABEL])[::3] == (12.5, "1")
+    assert _mean_and_interval(cells[tables.FLOOR_LABEL])[::3] == (12.5, "1 (problem noise only)")
     assert tables.H0_LABEL in set(tables.schedule_grid(runs_root, "smoke")["schedule"])
     assert tables.H0_LABEL in set(tables.points_table(runs_root, "smoke")["method"])
     assert tables.main_comparison(runs_root, "smoke", floors={"toy": 0.04})["toy"].iloc[-1] == "4.0 (no interval)"
@@ -112,7 +112,7 @@ def test_paired_table_pairs_seeds_and_problems(runs_root):
     table = tables.paired_comparison(runs_root, "smoke")
     cells = dict(zip(table["comparison"], table["toy"]))
     # weights only has seed 0 only; both solve tasks 0 and 1 at the end: difference exactly 0
-    assert cells["WHALE − weights only"] == "+0.0 [+0.0, +0.0] n=1"
+    assert cells["WHALE − weights only"] == "+0.0 [+0.0, +0.0] n=1 (problem noise only)"
     # against h0: seed 0 gains 25 points, seed 1 gains 50 -> 37.5
     mean, low, high, seeds = _mean_and_interval(cells[f"WHALE − {tables.H0_LABEL}"])
     assert (mean, seeds) == (37.5, "2") and low <= 25.0 and high >= 50.0
@@ -148,7 +148,7 @@ def test_schedule_grid_table_lists_preset_schedules_plus_stagewise(runs_root):
     assert list(rows) == ["(E=0.5, I=2)", "(E=1, I=2)", "stagewise (W→H)", tables.H0_LABEL]
     final, best = "final test mean@2 (%, after the whole budget)", "best test mean@2 (%) over evaluations " \
         "(selected on test)"
-    assert rows["(E=1, I=2)"][final] == rows["(E=1, I=2)"][best] == "100.0 [100.0, 100.0] n=1"
+    assert rows["(E=1, I=2)"][final] == rows["(E=1, I=2)"][best] == "100.0 [100.0, 100.0] n=1 (problem noise only)"
     assert rows["(E=1, I=2)"]["rollouts at best"] == "32"
     assert rows["(E=1, I=2)"]["rollouts consumed"] == "32"
     assert rows["(E=0.5, I=2)"]["seeds"] == 2
@@ -316,7 +316,7 @@ def test_behaviour_lines_are_the_mean_over_seeds_with_a_band(runs_root):
     line = next(line for line in ax.get_lines() if line.get_label() == "WHALE")
     # answered: seed 0 50, 100, 75 %; seed 1 75, 50, 100 %
     assert list(line.get_ydata()) == [62.5, 75.0, 87.5] and len(ax.collections) == 1
-    assert "band: 95 % interval over seeds" in ax.figure.get_suptitle()
+    assert "band: 95 % t-interval over the seed means" in ax.figure.get_suptitle()
 
 
 def test_the_lineage_colour_scale_is_fitted_to_the_scores(runs_root):

@@ -49,7 +49,7 @@ def test_the_bootstrap_is_deterministic_per_seed():
 def test_format_reads_percent_with_the_seed_count_and_says_when_one_seed_shows_only_problem_noise():
     assert seed_interval([[1, 0, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]]).format() == "83.3 [47.5, 119.2] n=3"
     single = seed_interval([[1, 0, 1, 1]], seed=0)
-    assert single.format().startswith("75.0 [") and single.format().endswith("] n=1 (one seed: problem noise only)")
+    assert single.format().startswith("75.0 [") and single.format().endswith("] n=1 (problem noise only)")
     assert paired_difference({0: {"a": 1.0}}, {0: {"a": 0.0}}).format(signed=True).startswith("+100.0 [+100.0")
 
 

@@ -62,10 +62,11 @@ def behaviour_units(runs: list[RunSummary]) -> dict[str, str]:
     return units
 
 
-def behaviour_curve(runs: list[RunSummary], metric: str) -> tuple[list[int], list[Interval]]:
+def behaviour_curve(runs: list[RunSummary], metric: str, rate: bool = False) -> tuple[list[int], list[Interval]]:
     """One method's behaviour metric over seeds, as `accuracy_curve` does for accuracy: at
     every rollout count where a seed evaluated, each seed's latest value, their mean and
-    the 95 % t-interval over seed means (a point, not a band, with one seed)."""
+    the 95 % t-interval over seed means (a point, not a band, with one seed), clipped to
+    what the metric can be: [0, 1] for a `rate`, [0, ∞) for a count."""
     xs = sorted({int(e["rollouts"]) for run in runs for e in run.evals if metric in e.get("behaviour", {})})
     curve = []
     for x in xs:
@@ -74,8 +75,7 @@ def behaviour_curve(runs: list[RunSummary], metric: str) -> tuple[list[int], lis
             seen = [e for e in run.evals if int(e["rollouts"]) <= x and metric in e.get("behaviour", {})]
             if seen:
                 per_seed.append([float(seen[-1]["behaviour"][metric])])
-        # counts and rates are never negative
-        curve.append(seed_interval(per_seed, n_resamples=FIGURE_RESAMPLES, bounds=(0.0, float("inf"))))
+        curve.append(seed_interval(per_seed, n_resamples=FIGURE_RESAMPLES, bounds=(0.0, 1.0 if rate else float("inf"))))
     return xs, curve
 
 
@@ -100,7 +100,7 @@ def bottleneck_figure(runs: list[RunSummary], metrics: list[str] | None = None) 
     for ax, metric in zip(axes, drawn):
         for method in METHOD_ORDER + tuple(sorted({r.method for r in runs} - set(METHOD_ORDER))):
             group = [r for r in runs if r.method == method]
-            xs, curve = behaviour_curve(group, metric)
+            xs, curve = behaviour_curve(group, metric, rate=units.get(metric) == RATE_UNIT)
             if not xs:
                 continue
             colour = method_colour(method)
@@ -120,7 +120,7 @@ def bottleneck_figure(runs: list[RunSummary], metrics: list[str] | None = None) 
     seeds = max(len({r.seed for r in runs if r.method == m}) for m in {r.method for r in runs})
     title = f"{runs[0].domain}: behaviour on the test split (★ = each run's best test accuracy, selected on test)"
     if seeds > 1:
-        title += "\nlines: mean over seeds, band: 95 % interval over seeds"
+        title += "\nlines: mean over seeds, band: 95 % t-interval over the seed means"
     if constant:
         shown = [f"{m.replace('_', ' ')} = {_unit_value(next(iter(values[m])), units.get(m, COUNT_UNIT))}"
                  for m in constant]

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from whalekit import behaviour_plots, plot_style, plots, run_summaries, tables
+from whalekit import behaviour_plots, lever_plots, plot_style, plots, run_summaries, tables
 from whalekit.archive import archive_holding
 from whalekit.presets import load_preset
 from whalekit.reproduce_plan import figures_dir
@@ -49,11 +49,15 @@ def main_comparison(root: Path, preset: str, out: Path) -> list[Path]:
 
 
 def bottleneck(root: Path, preset: str, out: Path) -> list[Path]:
-    """Notebook 04: Figure 3, one per domain."""
+    """Notebook 04: Figure 3 (which lever moved the score), and the behaviour dashboard
+    per domain as its supplement."""
     runs = run_summaries.main_runs(root, preset)
-    return _save({f"fig3_bottleneck_{domain}":
-                  behaviour_plots.bottleneck_figure([r for r in runs if r.domain == domain])
-                  for domain in dict.fromkeys(r.domain for r in runs)}, out)
+    if not runs:
+        return []
+    return _save({"fig3_levers": lever_plots.lever_figure(runs),
+                  **{f"fig3_bottleneck_{domain}": behaviour_plots.bottleneck_figure([r for r in runs
+                                                                                    if r.domain == domain])
+                     for domain in dict.fromkeys(r.domain for r in runs)}}, out)
 
 
 def schedule_grid(root: Path, preset: str, out: Path) -> list[Path]:

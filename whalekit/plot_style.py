@@ -31,9 +31,15 @@ PAPER_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend
 CONTROL_COLOUR = "#555555"  # h0 and the floor: not a method
 ABSENT_COLOUR = "#bbbbbb"  # hatching where a run was never made
 NOT_RUN = "not run"
-FIGURE_RESAMPLES = 1000  # bootstrap resamples per drawn interval (tables use stats.N_RESAMPLES)
+FIGURE_RESAMPLES = 1000  # problem-bootstrap draws for a one-seed interval (tables use stats.N_RESAMPLES)
 COLUMN_WIDTH = 3.4  # inches: one column of a two-column paper
 PAGE_WIDTH = 7.0
+PRINT_DPI = 200  # PNGs at print resolution: a 7-inch figure is 1,400 px wide, its 7-pt text legible
+# Schedules of the grid: each its own colour-blind-safe colour (Paul Tol's "bright" and "muted"),
+# marker and dash, so five of them can be told apart in print, in grey and on a projector
+SCHEDULE_STYLES = (("#4477AA", "o", "-"), ("#228833", "s", "--"), ("#AA3377", "^", "-."), ("#CCBB44", "v", ":"),
+                   ("#66CCEE", "D", (0, (5, 1, 1, 1))), ("#332288", "P", (0, (3, 1, 1, 1, 1, 1))),
+                   ("#999933", "X", (0, (1, 1))))
 
 
 def paper_style(draw: Callable[..., Figure]) -> Callable[..., Figure]:
@@ -77,7 +83,7 @@ def save_figure(fig: Figure, stem: str | Path) -> list[Path]:
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.parent / f"{stem.name}{kind}" for kind in SAVE_METADATA]
     for path in paths:
-        fig.savefig(path, bbox_inches="tight", metadata=SAVE_METADATA[path.suffix])
+        fig.savefig(path, bbox_inches="tight", dpi=PRINT_DPI, metadata=SAVE_METADATA[path.suffix])
     return paths
 
 

@@ -14,7 +14,7 @@ and `plot_style.save_figure` writes it as PNG and PDF.
 Every figure says which of a run's numbers it shows (final, selected by the run's own
 signal, or best over evaluations = selected on test), draws h0 with the initial weights
 beside the methods, marks a run never made as "not run" (hatched bars, a panel note; never
-as 0), draws 95 % bootstrap intervals (whalekit.stats) over seeds and test problems, gives a
+as 0), draws 95 % t-intervals over the seed means (whalekit.stats), saves PNGs at print resolution, gives a
 behaviour metric the unit of its kind in every domain (a yes/no flag in % of samples, a
 count as a mean per sample), leaves out constant panels and names them, fits colour scales
 to the data, and lays its text out with constrained layout so that no two labels overlap
@@ -40,6 +40,7 @@ from whalekit.plot_style import (
     NOT_RUN,
     PAGE_WIDTH,
     PAPER_STYLE,
+    SCHEDULE_STYLES,
     accuracy_label,
     figure,
     legend,
@@ -136,8 +137,8 @@ def _controls(ax: Any, runs: list[RunSummary], floor: Any = None) -> None:
 def accuracy_curve_figure(runs: list[RunSummary], best_so_far: bool = False,
                          floors: dict[str, Any] | None = None) -> Figure:
     """Figure 2: test mean@k at each evaluation against cumulative rollouts, one panel per
-    domain, one line per method: the mean over seeds with its 95 % bootstrap band over
-    seeds × test problems; h0 with the initial weights dashed. `best_so_far` draws the
+    domain, one line per method: the mean over seeds with its 95 % t-interval band over
+    the seed means; h0 with the initial weights dashed. `best_so_far` draws the
     paper's best-so-far curve instead, which selects on test (and says so)."""
     require(runs, "Figure 2")
     groups = _by_domain(runs)
@@ -159,7 +160,7 @@ def accuracy_curve_figure(runs: list[RunSummary], best_so_far: bool = False,
         ax.set_ylabel(("best-so-far " if best_so_far else "") + accuracy_label(domain_runs[0].k))
     what = ("best so far over evaluations (selected on test)" if best_so_far
             else "at each evaluation (last: after the whole budget)")
-    fig.suptitle(f"test {curve_k(runs)} {what}\nmean over seeds, band: 95 % interval over seeds × problems",
+    fig.suptitle(f"test {curve_k(runs)} {what}\nmean over seeds, band: 95 % t-interval over the seed means",
                  fontsize=PAPER_STYLE["axes.titlesize"])
     legend(fig, axes)
     return fig
@@ -181,6 +182,7 @@ def accuracy_bars_figure(runs: list[RunSummary], point: str = "final", floors: d
     methods = [m for m in METHOD_ORDER if any(r.method == m for r in runs)]
     fig, (ax,) = figure(1, PAGE_WIDTH, 2.6)
     width = 0.8 / len(methods)
+    hatched = False
     for i, (domain, domain_runs) in enumerate(groups.items()):
         for j, method in enumerate(methods):
             x = i + (j - (len(methods) - 1) / 2) * width
@@ -191,6 +193,7 @@ def accuracy_bars_figure(runs: list[RunSummary], point: str = "final", floors: d
                            label=NOT_RUN)
                 ax.text(x, 0.5, NOT_RUN, rotation=90, ha="center", va="center", fontsize=5, color=CONTROL_COLOUR,
                         transform=ax.get_xaxis_transform(), backgroundcolor="white")
+                hatched = True
                 continue
             ax.bar(x, 100 * value.mean, width, color=method_colour(method),
                    label=METHOD_LABELS.get(method, method),
@@ -208,8 +211,8 @@ def accuracy_bars_figure(runs: list[RunSummary], point: str = "final", floors: d
     ax.set_xlabel("domain")
     k = point_k(runs, point)
     ax.set_ylabel(accuracy_label(k))
-    ax.set_title(POINT_LABELS[point].format(k=k) + "\nbars: mean over seeds, error bars: 95 % interval, "
-                 f"dots: seeds, hatched: {NOT_RUN}")
+    ax.set_title(POINT_LABELS[point].format(k=k) + "\nbars: mean over seeds, error bars: 95 % t-interval over seeds, "
+                 "dots: seeds" + (f", hatched: {NOT_RUN}" if hatched else ""))
     legend(fig, [ax])
     return fig
 
@@ -220,15 +223,21 @@ def best_accuracy_figure(runs: list[RunSummary], floors: dict[str, Any] | None =
 
 
 # -- schedule grid (notebook 05) -------------------------------------------------------
-def schedule_colours(labels: list[str]) -> dict[str, Any]:
-    """Fixed schedules on a blue ramp (WHALE's hue), other methods in their own colour."""
+def schedule_styles(labels: list[str]) -> dict[str, tuple[Any, str, Any]]:
+    """label -> (colour, marker, dash): each fixed schedule its own (SCHEDULE_STYLES, in
+    order), other methods (stagewise) in their own colour with a solid line and no marker."""
     fixed = [lb for lb in labels if lb.startswith("(E=")]
-    ramp = plt.get_cmap("Blues")
-    colours: dict[str, Any] = {lb: ramp(0.35 + 0.65 * i / max(1, len(fixed) - 1)) for i, lb in enumerate(fixed)}
+    styles: dict[str, tuple[Any, str, Any]] = {
+        lb: SCHEDULE_STYLES[i % len(SCHEDULE_STYLES)] for i, lb in enumerate(fixed)}
     for method, label in METHOD_LABELS.items():
         if label in labels:
-            colours[label] = method_colour(method)
-    return colours
+            styles[label] = (method_colour(method), "", "-")
+    return styles
+
+
+def schedule_colours(labels: list[str]) -> dict[str, Any]:
+    """label -> its colour in `schedule_styles`."""
+    return {label: style[0] for label, style in schedule_styles(labels).items()}
 
 
 @paper_style
@@ -238,18 +247,19 @@ def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
     over evaluations (diamonds, selected on test; right); h0 dashed in both."""
     require(runs, "Figure 4")
     labels = list(dict.fromkeys(schedule_label(r) for r in runs))
-    colours = schedule_colours(labels)
+    styles = schedule_styles(labels)
+    colours = {label: style[0] for label, style in styles.items()}
     fig, (left, right) = figure(2, PAGE_WIDTH, 2.6)
     for label in labels:
         xs, curve = accuracy_curve([r for r in runs if schedule_label(r) == label])
-        left.plot(xs, [100 * c.mean for c in curve], drawstyle="steps-post", color=colours[label], label=label)
-        left.fill_between(xs, [100 * c.low for c in curve], [100 * c.high for c in curve], step="post",
-                          color=colours[label], alpha=0.12, lw=0)
+        colour, marker, dash = styles[label]
+        left.plot(xs, [100 * c.mean for c in curve], drawstyle="steps-post", color=colour, label=label,
+                  marker=marker or None, ms=3, linestyle=dash)
     _controls(left, runs)
     left.set_xlabel("rollouts")
     left.set_ylabel(accuracy_label(runs[0].k))
     left.set_title(f"{runs[0].domain}: test {curve_k(runs)} at each evaluation\n"
-                   "(mean over seeds, band: 95 % interval)")
+                   "(mean over seeds; the intervals are the bars')")
     for i, label in enumerate(labels):
         group = [r for r in runs if schedule_label(r) == label]
         final = _known(interval(group, "final", n_resamples=FIGURE_RESAMPLES))
@@ -258,11 +268,15 @@ def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
                   yerr=[[100 * max(0.0, final.mean - final.low)], [100 * max(0.0, final.high - final.mean)]],
                   error_kw={"elinewidth": 0.7, "capsize": 1.5})
         right.plot(i, 100 * best.mean, "D", color="black", ms=3, label="best over evaluations (selected on test)")
+        right.plot([i] * len(group), [100 * r.final["mean_at_k"] for r in group], ".", color="black", ms=2)
+        marker = styles[label][1]
+        if marker:  # the curve's marker under its bar, so the legend's key reads on both panels
+            right.plot(i, 0, marker, color=colours[label], ms=4, clip_on=False, zorder=5)
     h0 = _known(interval(initial_runs(runs)[runs[0].domain], "initial", n_resamples=FIGURE_RESAMPLES))
     right.axhline(100 * h0.mean, ls="--", lw=0.8, color=CONTROL_COLOUR)
     right.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
     right.set_ylabel(accuracy_label(runs[0].k))
-    right.set_title("bars: final (after the whole budget), 95 % interval")
+    right.set_title("bars: final (after the whole budget), 95 % t-interval, dots: seeds")
     legend(fig, [left, right])
     return fig
 

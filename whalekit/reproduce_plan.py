@@ -98,7 +98,7 @@ def expected_outputs(notebook: str, figures: Path, domains: list[str], grid_doma
         return both("table2_main", table) + both("table2_by_subset", table) + both("fig1b_best_accuracy") \
             + both("fig2_best_so_far")
     if notebook == "04_bottleneck":
-        return [p for d in domains for p in both(f"fig3_bottleneck_{d}")]
+        return both("fig3_levers") + [p for d in domains for p in both(f"fig3_bottleneck_{d}")]
     if notebook == "05_schedule_grid":
         return both("fig4_schedule_grid") + both("table3_schedule_grid", table) if grid_domain else []
     if notebook == "06_adaptive":

@@ -64,7 +64,7 @@ class Interval:
     def format(self, scale: float = 100.0, digits: int = 1, signed: bool = False) -> str:
         """'41.2 [35.0, 47.5] n=3' (scaled, e.g. fractions to %); n is the number of seeds."""
         sign = "+" if signed else ""
-        basis = " (one seed: problem noise only)" if self.basis == PROBLEMS_BASIS and self.n_seeds == 1 else ""
+        basis = " (problem noise only)" if self.basis == PROBLEMS_BASIS and self.n_seeds == 1 else ""
         return (f"{scale * self.mean:{sign}.{digits}f} [{scale * self.low:{sign}.{digits}f}, "
                 f"{scale * self.high:{sign}.{digits}f}] n={self.n_seeds}{basis}")
 
