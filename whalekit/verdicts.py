@@ -309,7 +309,7 @@ def verdict_summary(runs: Sequence[RunSummary], zero: Sequence[RunSummary], cont
              "degrees of freedom (t = 4.30), so only a difference that all three seeds show clearly can hold.", "",
              "| claim | " + " | ".join(context.domains) + " |", "| --- " * (1 + len(context.domains)) + "|"]
     pairs = [(c.text, c.treatment, c.baseline, runs) for c in CLAIMS]
-    pairs += [("harness-only − weight-only (Figure 3)", "harness_only", "weight_only", runs),
+    pairs += [("harness-only beats weight-only (Figure 3: harness-dominated)", "harness_only", "weight_only", runs),
               ("zero start: WHALE − weight-only", "whale", "weight_only", zero)]
     for text, a, b, group in pairs:
         cells = []
