@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +19,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from jupyter_client import AsyncKernelManager
 
 from whalekit.progress import OverallProgress, RunWatcher
 from whalekit.reproduce_plan import DOMAIN_RUN, NOTEBOOK_DIR, Job, job_costs
@@ -40,12 +43,50 @@ def execute(job: Job, notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3"
 
     os.environ[HEADLESS_ENV] = "1"  # inherited by the kernel: the trace viewer renders static HTML
     job.output.parent.mkdir(parents=True, exist_ok=True)
-    papermill.execute_notebook(str(notebook_dir / f"{job.notebook}.ipynb"), str(job.output),
-                               parameters=job.parameters, kernel_name=kernel, progress_bar=False,
-                               cwd=str(notebook_dir), log_output=False)
+    kernel_groups: list[int] = []
+    try:
+        papermill.execute_notebook(str(notebook_dir / f"{job.notebook}.ipynb"), str(job.output),
+                                   parameters=job.parameters, kernel_name=kernel, progress_bar=False,
+                                   cwd=str(notebook_dir), log_output=False,
+                                   kernel_manager_class=recording_kernel_manager(kernel_groups))
+    finally:
+        end_process_groups(kernel_groups)
     missing = [str(p) for p in job.expected if not p.exists() or p.stat().st_size == 0]
     if missing:
         raise RuntimeError(f"{job.label}: finished but did not write {', '.join(missing)} (see {job.output})")
+
+
+def recording_kernel_manager(groups: list[int]) -> type[AsyncKernelManager]:
+    """A kernel manager class (for papermill, which passes it to nbclient) that appends the
+    process group of each kernel it starts to `groups`. jupyter_client starts every kernel in
+    a session of its own, so the group holds the kernel and what it started that stayed in the
+    group (vLLM's EngineCore and workers do; a bwrap sandbox starts a session of its own and
+    dies with its parent instead), and nothing else."""
+
+    class Recording(AsyncKernelManager):
+        # jupyter_client types start_kernel as its synchronous wrapper; AsyncKernelManager's is a coroutine
+        async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]
+            await super().start_kernel(**kw)
+            pgid = getattr(self.provisioner, "pgid", None)
+            if isinstance(pgid, int) and pgid > 0:
+                groups.append(pgid)
+
+    return Recording
+
+
+def end_process_groups(groups: list[int]) -> None:
+    """SIGKILL what is left of each group once its job is over, however it ended. A kernel
+    that exits cleanly usually ends its children itself (vLLM's engine at exit), but one that
+    dies (the OOM killer, a crash) runs no cleanup, and jupyter_client signals the group only
+    when it kills a live kernel itself: its vLLM engine would stay, holding its KV cache and a
+    core (tests/test_lifetime.py). Never this process's own group."""
+    for pgid in groups:
+        if pgid == os.getpgrp():
+            continue
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # nothing left: the usual case
 
 
 def run_jobs(jobs: list[Job], notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3",
