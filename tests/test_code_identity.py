@@ -82,3 +82,29 @@ def test_the_ledger_holds_the_committed_records_code_as_git_has_it():
             pytest.skip(f"commit {commit} is not in this clone's history (a shallow clone): cannot re-derive it")
         again = RunCode.at_commit(commit, ROOT)
         assert again.source_sha256 == version and again.modules == ledger[version]["modules"]
+
+
+def test_code_proven_to_give_the_same_events_keeps_the_old_records_valid_while_it_stays_that_code(package_copy):
+    made_by = RunCode.of_package(package_copy)
+    with (package_copy / "rsft.py").open("a") as file:
+        file.write("\nNEW_OPTION_DEFAULT = None\n")
+    now = RunCode.of_package(package_copy)
+    ledger = {made_by.source_sha256: {"modules": made_by.modules},
+              now.source_sha256: {"modules": dict(now.modules), "equivalent_to": made_by.source_sha256,
+                                  "evidence": {"runs": []}}}
+    assert now.changes_since({"source_sha256": made_by.source_sha256}, ledger) == []
+    with (package_copy / "rsft.py").open("a") as file:
+        file.write("\nEDITED_AFTER_THE_PROOF = True\n")
+    later = RunCode.of_package(package_copy)
+    ledger[later.source_sha256] = {**ledger[now.source_sha256]}  # a stale proof copied over: other modules
+    assert later.changes_since({"source_sha256": made_by.source_sha256}, ledger), "a proof holds for its code only"
+
+
+def test_time_fields_alone_do_not_make_two_runs_different():
+    from whalekit.code_equivalence import first_difference, timeless
+
+    a = [{"event": "rsft_batch", "loss": 0.5, "timing": {"train": 1.0}, "wall_s": 3.0, "sync_seconds": 0.1}]
+    b = [{"event": "rsft_batch", "loss": 0.5, "timing": {"train": 9.0}, "wall_s": 7.0, "sync_seconds": 0.2}]
+    assert first_difference(timeless(a), timeless(b)) is None
+    c = [{"event": "rsft_batch", "loss": 0.25, "timing": {"train": 1.0}}]
+    assert "loss" in str(first_difference(timeless(a), timeless(c)))

@@ -37,7 +37,7 @@ LAYERS: dict[str, int] = {
     "whalekit.budget": 0, "whalekit.optim": 0, "whalekit.run_state": 0, "whalekit.seams": 0,
     "whalekit.presets": 0, "whalekit.sandbox": 0, "whalekit.methods": 0, "whalekit.errors": 0,
     "whalekit.python_tool": 0, "whalekit.rsft_loss": 0, "whalekit.cpu_info": 0, "whalekit.lifetime": 0,
-    "whalekit.code_identity": 0,
+    "whalekit.code_identity": 0, "whalekit.code_equivalence": 0,
     # 1: the parts: domains, samplers and models, isolation, archive, run records (and RSFT's
     # settings, which nest the samplers' SamplingParams)
     "whalekit.rsft_config": 1,
@@ -57,7 +57,7 @@ LAYERS: dict[str, int] = {
     "whalekit.reproduce_plan": 4, "whalekit.notebook_runner": 4,
     "whalekit.run_set": 4, "whalekit.verdicts": 4, "whalekit.figures": 4,
     "whalekit.run_summaries": 4, "whalekit.plot_style": 4, "whalekit.behaviour_plots": 4,
-    "whalekit.stage_effects": 4, "whalekit.threats": 4, "whalekit.lever_plots": 4,
+    "whalekit.stage_effects": 4, "whalekit.threats": 4, "whalekit.lever_plots": 4, "whalekit.proposer_table": 4,
 }
 
 # In-function imports that guard no heavy dependency, left by work in flight: none remain.

@@ -210,10 +210,10 @@ def test_ledger_skips_a_torn_last_line_and_names_a_bad_middle_line(tmp_path: Pat
 def test_make_proposer_builds_each_name_of_its_table_and_an_unknown_name_lists_them_all(tmp_path: Path) -> None:
     from whalekit.proposers.registry import PROPOSERS, make_proposer
 
-    assert sorted(PROPOSERS) == ["anthropic", "claude-code", "openai", "reflective"]
+    assert sorted(PROPOSERS) == ["anthropic", "claude-code", "local", "openai", "random-catalogue", "reflective"]
     archive = Archive.open(tmp_path / "archive", "toy")
     proposer = make_proposer("reflective", ToyDomain(), archive, seed=0, options={})
     assert isinstance(proposer, ReflectiveProposer)
-    known = "known: reflective, anthropic, openai, claude-code"
+    known = "known: reflective, anthropic, openai, local, random-catalogue, claude-code"
     with pytest.raises(ValueError, match=f"unknown proposer 'claude'; {known}"):
         make_proposer("claude", ToyDomain(), archive, seed=0, options={})

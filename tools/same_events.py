@@ -13,39 +13,18 @@ Exit status 0 when every pair matches; 1 with the first differing event of each 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-TIME_FIELDS = frozenset({"timing", "wall_s"})
-
-
-def timeless(value: Any) -> Any:
-    """`value` with every wall-clock field removed, at any depth."""
-    if isinstance(value, dict):
-        return {k: timeless(v) for k, v in value.items() if k not in TIME_FIELDS and not k.endswith("_seconds")}
-    if isinstance(value, list):
-        return [timeless(v) for v in value]
-    return value
+from whalekit.code_equivalence import first_difference, timeless_events
 
 
 def events(run_dir: Path) -> list[Any]:
-    path = run_dir / "events.jsonl"
-    if not path.exists():
-        raise SystemExit(f"{path}: no events file (is {run_dir} a run directory?)")
-    return [timeless(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
-
-
-def first_difference(before: list[Any], after: list[Any]) -> str | None:
-    """None when the two event lists are equal, else a description of the first difference."""
-    for index, (a, b) in enumerate(zip(before, after)):
-        if a != b:
-            keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)) if isinstance(a, dict) else []
-            return f"event {index} ({a.get('event') if isinstance(a, dict) else '?'}) differs in {keys}"
-    if len(before) != len(after):
-        return f"{len(before)} events before, {len(after)} after"
-    return None
+    try:
+        return timeless_events(run_dir)
+    except FileNotFoundError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def main(argv: list[str]) -> int:

@@ -16,6 +16,8 @@ every module in its run closure, written when a record is exported, or after the
 git (`python -m whalekit.code_identity --commit <sha> --results results`). A record counts
 for this checkout when every module of its version's closure is byte-identical here.
 A new module that no old module imports cannot change an old run, so it does not count.
+Code whose modules differ but whose runs were shown to give identical events
+(`whalekit.code_equivalence`, recorded as `equivalent_to` in the ledger) counts as the old.
 
     code = RunCode.of_package()
     code.changes_since(record_provenance, ledger_entries(Path("results")))   # [] -> still valid
@@ -136,10 +138,24 @@ class RunCode:
                     f"(that version is not in the ledger {LEDGER_NAME}, so every module counts)"]
         modules: Mapping[str, str] = entry["modules"]
         changed = [path for path, digest in modules.items() if self.modules.get(path) != digest]
-        if not changed:
+        if not changed or recorded in self.proven_equivalent(ledger):
             return []
         return [f"code a run executes changed since source {recorded[:12]}: " + ", ".join(
             f"{path} ({'removed' if path not in self.modules else 'edited'})" for path in sorted(changed))]
+
+
+    def proven_equivalent(self, ledger: Mapping[str, Mapping[str, Any]]) -> set[str]:
+        """The versions this code was shown to compute the same events as
+        (`whalekit.code_equivalence`): the `equivalent_to` chain from this code's own entry,
+        which counts only while this code's modules are exactly the ones proven."""
+        found: set[str] = set()
+        entry = ledger.get(self.source_sha256)
+        if entry is None or dict(entry["modules"]) != dict(self.modules):
+            return found
+        while entry is not None and entry.get("equivalent_to") and entry["equivalent_to"] not in found:
+            found.add(entry["equivalent_to"])
+            entry = ledger.get(entry["equivalent_to"])
+        return found
 
 
 def ledger_path(results_root: Path) -> Path:

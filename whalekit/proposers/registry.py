@@ -2,12 +2,13 @@
 One table, so the names a run accepts and the names an error lists never disagree.
 
     proposer = make_proposer("reflective", domain, archive, seed=0, options={})
-    sorted(PROPOSERS)                  # ['anthropic', 'claude-code', 'openai', 'reflective']
+    sorted(PROPOSERS)   # ['anthropic', 'claude-code', 'local', 'openai', 'random-catalogue', 'reflective']
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from whalekit.archive import Archive
@@ -19,8 +20,10 @@ from whalekit.proposers.base import Proposer
 from whalekit.proposers.claude_code import DEFAULT_MODEL as CLAUDE_CODE_MODEL
 from whalekit.proposers.claude_code import ClaudeCodeProposer
 from whalekit.proposers.ledger import Ledger
+from whalekit.proposers.local_coder import LocalCoderConfig, LocalCoderProposer
 from whalekit.proposers.openai_agent import OpenAIProposer
 from whalekit.proposers.prompt_only import PromptOnly, prompt_only_catalogue
+from whalekit.proposers.random_catalogue import RandomCatalogueProposer
 from whalekit.proposers.reflective import ReflectiveProposer
 
 # options that say how to reach an agent's model, not how the agent works
@@ -34,6 +37,17 @@ def _reflective(domain: Domain, archive: Archive, seed: int, options: dict[str, 
                 initial_source: str | None = None) -> Proposer:
     catalogue = prompt_only_catalogue(domain, initial_source) if prompt_only else domain.mechanisms()
     return ReflectiveProposer(catalogue, seed=seed, **options)
+
+
+def _local(domain: Domain, archive: Archive, seed: int, options: dict[str, Any], prompt_only: bool,
+           initial_source: str | None = None) -> Proposer:
+    return LocalCoderProposer(domain, LocalCoderConfig(**options), seed, Ledger.for_archive(archive),
+                              Path(archive.root).parent)
+
+
+def _random_catalogue(domain: Domain, archive: Archive, seed: int, options: dict[str, Any], prompt_only: bool,
+                      initial_source: str | None = None) -> Proposer:
+    return RandomCatalogueProposer(domain.mechanisms(), seed)
 
 
 def _agent(build: Callable[[Domain, dict[str, Any], Ledger, dict[str, Any]], Proposer]) -> ProposerFactory:
@@ -55,6 +69,8 @@ PROPOSERS: dict[str, ProposerFactory] = {
         domain, AgentConfig(**{"model": ANTHROPIC_MODEL, **options}), ledger=ledger, **connection)),
     "openai": _agent(lambda domain, options, ledger, connection: OpenAIProposer(
         domain, AgentConfig(**options), ledger=ledger, **connection)),
+    "local": _local,  # a small coder model on this machine (llama.cpp), one complete module per request, repaired
+    "random-catalogue": _random_catalogue,  # the control: random mechanism sets on the starting harness
     # the paper's own proposer: Claude Code through claude-agent-sdk
     "claude-code": _agent(lambda domain, options, ledger, connection: ClaudeCodeProposer(
         domain, AgentConfig(**{"model": CLAUDE_CODE_MODEL, **options}), ledger=ledger, **connection)),

