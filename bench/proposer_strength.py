@@ -13,7 +13,7 @@ written to `results/proposers/<domain>/<proposer>-i<I>-s<seed>.json` as it finis
 benchmark resumes where it stopped (`--max-hours` ends it at a run boundary) and
 `python -m whalekit.proposer_table` turns the records into `docs/proposers.md`.
 
-    flock /tmp/whalekit-cpu.lock .venv/bin/python bench/proposer_strength.py --domains math \
+    .venv/bin/python bench/proposer_strength.py --lock /tmp/whalekit-cpu.lock --domains math \
         --proposers reflective local random-catalogue --seeds 0 1 2 --max-hours 2
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/proposer_strength.py --domains searchqa --iterations 15
 
@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-root", default="runs/proposers")
     parser.add_argument("--results", default="results/proposers")
     parser.add_argument("--max-hours", type=float, default=None, help="start no run after this many hours")
+    parser.add_argument("--lock", default=None, help="take this flock file for each run (not for the whole "
+                        "benchmark), so other CPU jobs can run between runs")
     args = parser.parse_args(argv)
     started = time.monotonic()
     plan = [(d, s, p) for s in args.seeds for d in args.domains for p in args.proposers]
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{index + 1}/{len(plan)}] {domain} {proposer} seed {seed}: running ({left} left{eta})", flush=True)
         command = run_command(domain, proposer, seed, args.iterations, Path(args.runs_root))
         run_started = time.monotonic()
-        done = subprocess.run(command, check=False)
+        done = subprocess.run(["flock", args.lock, *command] if args.lock else command, check=False)
         wall = time.monotonic() - run_started
         if done.returncode != 0:
             print(f"{domain} {proposer} seed {seed}: `{' '.join(command[1:])}` failed ({done.returncode})", flush=True)

@@ -86,6 +86,14 @@ def test_a_module_still_rejected_after_the_repairs_is_recorded_and_not_proposed(
     assert len(rejected) == 1 and "already in the archive" in rejected[0]["problem"]
 
 
+def test_a_copy_of_the_parent_that_only_deletes_goes_back_as_no_change(tmp_path):
+    trimmed = H0.replace('"""', '"""Only the docstring moved. ', 1)
+    model = ScriptedModel(_fenced(trimmed), _fenced(NEW_CODE))
+    proposer, archive = _proposer(tmp_path, model, max_repairs=1)
+    [candidate] = proposer.propose(archive, n=1)
+    assert "adds or changes no code" in model.requests[1][-1]["content"] and candidate.meta["repairs"] == 1
+
+
 def test_a_stored_reply_is_replayed_without_the_model(tmp_path):
     proposer, archive = _proposer(tmp_path, ScriptedModel(_fenced(NEW_CODE)))
     first = proposer.propose(archive, n=1)

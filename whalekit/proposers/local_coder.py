@@ -39,7 +39,7 @@ from whalekit.proposer_models import proposer_model_path
 from whalekit.proposer_server import ServerOptions, ServerProcess, start_llama_server
 from whalekit.proposers.base import Candidate, Proposer, ProposerError
 from whalekit.proposers.ledger import Ledger
-from whalekit.proposers.novelty import novel_statements
+from whalekit.proposers.novelty import added_statements, novel_statements
 from whalekit.proposers.report import render_report
 from whalekit.proposers.response_cache import ResponseCache
 from whalekit.proposers.rules import rules_for
@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from whalekit.budget import RolloutBudget
     from whalekit.domains.base import Domain
 
-CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+# a fence closes only on a line of its own: a harness's own strings may hold ``` (math's parser does)
+CODE_BLOCK = re.compile(r"^[ \t]*```(?:python|py)?[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.S | re.M)
 HYPOTHESIS = re.compile(r"^[\s*_#>-]*hypothesis[\s*_]*:[\s*_]*(.+)$", re.I | re.M)
 # complete(messages, request settings) -> {"text", "tokens_in", "tokens_out", "wall_s", "cpu_s"}
 Complete = Callable[[list[dict[str, str]], dict[str, Any]], dict[str, Any]]
@@ -206,6 +207,9 @@ class LocalCoderProposer(Proposer):
             problem = self.check(Candidate(source, [archive.accepted()]), archive)
         if problem is None and harness_id(source) in taken:
             problem = "this exact module is already in the archive: change something"
+        if problem is None and added_statements(source, parent_source) == 0:
+            problem = ("the module adds or changes no code (a copy, a reformatting or deletions only): rewrite the "
+                       "hook behind the most frequent failure")
         return problem
 
     def _one(self, archive: Archive, parent: str, version: int | None, slot: int, cache: ResponseCache,

@@ -76,6 +76,15 @@ def novel_statements(source: str, parent_source: str, mechanisms: Iterable[Any])
     return extra + (parent is not None and header != parent[2])
 
 
+def added_statements(source: str, parent_source: str) -> int:
+    """How many of `source`'s statements (module level and class members, normalised) its
+    parent does not have: 0 for a copy, a reformatting or deletions only."""
+    parts, parent = _split(source), _split(parent_source)
+    if parts is None or parent is None:
+        return -1
+    return len(parts[0] - parent[0]) + len(parts[1] - parent[1]) + (parts[2] != parent[2])
+
+
 def is_novel(source: str, parent_source: str, mechanisms: Iterable[Any]) -> bool:
     """Whether `source` holds code no composition of catalogue mechanisms on its parent has."""
     return novel_statements(source, parent_source, list(mechanisms)) != 0
