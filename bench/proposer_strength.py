@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from whalekit.archive import Archive
+from whalekit.archive import Archive, archive_folders
 from whalekit.code_identity import RunCode
 from whalekit.cpu_info import cpu_kind
 from whalekit.domains.base import get_domain
@@ -66,7 +66,7 @@ def summarise(run_dir: Path, domain: str, proposer: str, seed: int, iterations: 
     search-split score and cost), the accepted harness, and the per-problem test scores of
     h0 (initial) and of the accepted harness (final)."""
     run = load_run(run_dir)
-    archive = Archive.open(run_dir / "archive", domain)
+    archive = Archive.open(archive_folders(run_dir / "archive")[-1], domain)  # harness-only: one round
     version = archive.latest_weights_version()
     mechanisms = get_domain(domain, **run.config.get("domain_options", {})).mechanisms()
     ledger = [e for e in Ledger.for_archive(archive).events() if e["proposer"] == proposer]
@@ -94,7 +94,8 @@ def summarise(run_dir: Path, domain: str, proposer: str, seed: int, iterations: 
         "proposer_model": (ledger[0].get("model") if ledger else None),
         "cpu_kind": cpu_kind(), "sampler": (run.config.get("provenance") or {}).get("sampler"),
         "commit": git_commit(), "run_code_source_sha256": RunCode.of_package().source_sha256,
-        "command": " ".join(command[1:]), "wall_s": round(wall_s, 1), "propose_s": round(propose_s, 1),
+        "command": " ".join(command[1:]), "wall_s": round(float((run.end or {}).get("wall_s") or 0.0), 1),
+        "process_wall_s": round(wall_s, 1), "propose_s": round(propose_s, 1),
         "attempts": len(candidates) + len(rejected), "candidates": candidates, "rejected_after_repairs": rejected,
         "accepted_id": accepted, "accepted_is_seed": accepted == archive.seed_id(),
         "accepted_novel": novel_statements(archive.source(accepted), seed_source, mechanisms) > 0
