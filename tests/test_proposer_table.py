@@ -1,0 +1,37 @@
+"""docs/proposers.md from the proposer-strength records: valid and novel rates over all
+attempts, the test score of the accepted harness with its t-interval over seeds and its
+per-seed values, paired against the reflective proposer, and h0 as the no-search row."""
+
+from __future__ import annotations
+
+from whalekit.proposer_table import markdown
+
+
+def _record(proposer: str, seed: int, final: float, valid: int = 2, rejected: int = 0, novel: int = 0):
+    problems = [f"p{i}" for i in range(4)]
+    return {"domain": "math", "proposer": proposer, "seed": seed, "iterations": 3, "cpu_kind": "CPU A",
+            "attempts": valid + rejected, "best_search_score": 0.5, "propose_s": 6.0, "accepted_is_seed": False,
+            "accepted_diff": "", "accepted_novel": False,
+            "candidates": [{"valid": True, "novel": i < novel, "wall_s": 60.0 if proposer == "local" else None,
+                            "tokens_out": 900 if proposer == "local" else None} for i in range(valid)],
+            "rejected_after_repairs": [{"wall_s": 120.0} for _ in range(rejected)],
+            "test": {"k": 8, "initial": 0.25, "final": final,
+                     "initial_per_problem": {p: 0.25 for p in problems},
+                     "final_per_problem": {p: final for p in problems}}}
+
+
+def test_each_proposer_gets_its_rates_its_test_interval_and_its_pairing_with_reflective():
+    records = [_record("reflective", s, f) for s, f in enumerate([0.5, 0.5, 0.75])]
+    records += [_record("local", s, f, valid=1, rejected=1, novel=1) for s, f in enumerate([0.75, 0.75, 0.75])]
+    text = markdown(records)
+    rows = {line.split("|")[2].strip(): line for line in text.splitlines() if line.startswith("| math")}
+    assert "no search (h0)" in rows and "25.0 [25.0, 25.0] n=3" in rows["no search (h0)"]
+    local = rows["local"]
+    assert "| 3/6 (50 %) | 3/3 (100 %) |" in local, "valid over all attempts, novel over the valid ones"
+    assert "+16.7" in local and "+25.0 / +25.0 / +0.0" in local, "paired per seed against reflective"
+    assert "| 90 |" in local, "seconds per attempt, rejected ones included"
+    assert "Seeds recorded: math local: 0, 1, 2; math reflective: 0, 1, 2" in text
+
+
+def test_no_record_says_how_to_make_them():
+    assert "bench/proposer_strength.py" in markdown([])
