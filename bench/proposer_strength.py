@@ -39,6 +39,7 @@ from whalekit.proposers.ledger import Ledger
 from whalekit.proposers.novelty import novel_statements
 from whalekit.provenance import git_commit
 from whalekit.run_summaries import load_run
+from whalekit.runs import RunDir
 
 PROPOSERS = ("reflective", "local", "random-catalogue")
 CANDIDATES_PER_ROUND, SEARCH_PROBLEMS = 2, 48
@@ -139,14 +140,16 @@ def main(argv: list[str] | None = None) -> int:
         eta = f", ETA {left * sum(done_walls) / len(done_walls) / 60:.0f} min" if done_walls else ""
         print(f"[{index + 1}/{len(plan)}] {domain} {proposer} seed {seed}: running ({left} left{eta})", flush=True)
         command = run_command(domain, proposer, seed, args.iterations, Path(args.runs_root))
-        run_started = time.monotonic()
-        done = subprocess.run(["flock", args.lock, *command] if args.lock else command, check=False)
-        wall = time.monotonic() - run_started
-        if done.returncode != 0:
-            print(f"{domain} {proposer} seed {seed}: `{' '.join(command[1:])}` failed ({done.returncode})", flush=True)
-            return done.returncode
-        done_walls.append(wall)
         run_dir = Path(args.runs_root) / proposer / f"i{args.iterations}" / "cpu" / domain / f"harness_only-s{seed}"
+        run_started = time.monotonic()
+        if not RunDir(run_dir).done:  # a run finished before its record was written is only summarised
+            done = subprocess.run(["flock", args.lock, *command] if args.lock else command, check=False)
+            if done.returncode != 0:
+                print(f"{domain} {proposer} seed {seed}: `{' '.join(command[1:])}` failed ({done.returncode})",
+                      flush=True)
+                return done.returncode
+        wall = time.monotonic() - run_started
+        done_walls.append(wall)
         record = summarise(run_dir, domain, proposer, seed, args.iterations, wall, command)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
