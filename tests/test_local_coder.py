@@ -14,7 +14,7 @@ from whalekit.archive import Archive
 from whalekit.domains.toy import ToyDomain
 from whalekit.mechanisms import apply_mechanism
 from whalekit.proposers.ledger import Ledger
-from whalekit.proposers.local_coder import LocalCoderConfig, LocalCoderProposer, split_reply
+from whalekit.proposers.local_coder import LocalCoderConfig, LocalCoderProposer, splice, split_reply
 from whalekit.proposers.novelty import is_novel
 from whalekit.proposers.random_catalogue import RandomCatalogueProposer
 
@@ -39,6 +39,7 @@ def _fenced(source: str, hypothesis: str = "stopping sooner avoids loops") -> st
 
 
 def _proposer(tmp_path: Path, model: ScriptedModel, **config: Any) -> tuple[LocalCoderProposer, Archive]:
+    config.setdefault("edit", "module")
     archive = Archive.open(tmp_path / "archive", "toy")
     archive.ensure_seed(H0)
     ledger = Ledger.for_archive(archive)
@@ -118,3 +119,21 @@ def test_the_random_catalogue_control_draws_seeded_mechanism_sets_on_the_seed_ha
     assert [c.source for c in first] == [c.source for c in again] and len({c.source for c in first}) == 3
     assert all(c.parent_ids == [archive.seed_id()] and not is_novel(c.source, H0, DOMAIN.mechanisms())
                for c in first)
+
+
+def test_in_hooks_mode_the_model_writes_only_the_methods_it_changes_and_they_are_spliced_in(tmp_path):
+    edit = "import re\n\ndef should_stop(self, state):\n    return state.turn >= 2\n"
+    model = ScriptedModel(_fenced("def helper():\n    return 1\n"), _fenced(edit))
+    proposer, archive = _proposer(tmp_path, model, edit="hooks", max_repairs=1)
+    [candidate] = proposer.propose(archive, n=1)
+    assert "no method of the Harness class" in model.requests[1][-1]["content"]
+    assert "only the methods you change" in model.requests[0][1]["content"]
+    assert "def should_stop(self, state)" in candidate.source and candidate.meta["novel"]
+    for line in H0.strip().splitlines():
+        if line.strip().startswith("def "):
+            assert line.strip() in candidate.source, "the parent's other hooks are kept"
+
+
+def test_a_spliced_edit_that_does_not_parse_says_where():
+    source, problem = splice("def parse(self, reply, state):\n    return (", H0)
+    assert source is None and "syntax error at line" in str(problem)

@@ -22,6 +22,7 @@ The proposer sees the archive only: search-split outcomes and traces, never the 
 
 from __future__ import annotations
 
+import ast
 import atexit
 import os
 import random
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from whalekit import harness
 from whalekit.episode import harness_id
 from whalekit.isolation import ALLOWED_IMPORTS, validate_source
+from whalekit.mechanisms import Mechanism, apply_mechanism
 from whalekit.proposer_models import proposer_model_path
 from whalekit.proposer_server import ServerOptions, ServerProcess, start_llama_server
 from whalekit.proposers.base import Candidate, Proposer, ProposerError
@@ -52,6 +54,13 @@ if TYPE_CHECKING:
 # a fence closes only on a line of its own: a harness's own strings may hold ``` (math's parser does)
 CODE_BLOCK = re.compile(r"^[ \t]*```(?:python|py)?[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.S | re.M)
 HYPOTHESIS = re.compile(r"^[\s*_#>-]*hypothesis[\s*_]*:[\s*_]*(.+)$", re.I | re.M)
+EDIT_MODES = ("hooks", "module")
+ASK = {"module": "Reply with the complete module in one ```python block, then one line "
+                 "`Hypothesis: <why it should score higher>`.",
+       "hooks": "Reply with only the methods you change or add, each a complete `def` of the Harness class "
+                "(with `self`), in one ```python block; imports or module-level helpers they need may come first. "
+                "Every other part of the harness stays as it is. Then one line "
+                "`Hypothesis: <why it should score higher>`."}
 # complete(messages, request settings) -> {"text", "tokens_in", "tokens_out", "wall_s", "cpu_s"}
 Complete = Callable[[list[dict[str, str]], dict[str, Any]], dict[str, Any]]
 
@@ -68,6 +77,8 @@ class LocalCoderConfig:
     traces: int = 2  # failing search traces of the parent shown
     trace_chars: int = 700
     ideas: bool = True  # the catalogue's mechanisms as names and one line each (never their code)
+    edit: str = "hooks"  # "hooks": the model writes only the methods it changes, spliced into the parent;
+    # "module": it writes the whole module (a 1.5B model copying a 4k-character module garbles it: the benchmark)
     n_ctx: int = 8192  # the server's context
     n_threads: int | None = None  # the server's threads (None: every usable core)
     timeout_s: float = 1800.0  # per request
@@ -75,6 +86,8 @@ class LocalCoderConfig:
     def __post_init__(self) -> None:
         if self.max_repairs < 0 or self.max_tokens < 1 or not 0 <= self.temperature <= 2:
             raise ValueError("max_repairs >= 0, max_tokens >= 1 and temperature in [0, 2]")
+        if self.edit not in EDIT_MODES:
+            raise ValueError(f"edit must be one of {', '.join(EDIT_MODES)}, not {self.edit!r}")
 
 
 def split_reply(text: str) -> tuple[str | None, str]:
@@ -83,6 +96,42 @@ def split_reply(text: str) -> tuple[str | None, str]:
     prose = CODE_BLOCK.sub("", text)
     found = HYPOTHESIS.search(prose)
     return (blocks[-1].strip() + "\n" if blocks else None), (found.group(1).strip() if found else "")
+
+
+def splice(code: str, parent_source: str) -> tuple[str | None, str | None]:
+    """The parent with the model's edit applied: its `def`s taking `self` (or those of a
+    Harness class it wrote out) replace or join the parent's methods, its assignments to a
+    name the class has replace that attribute, and its imports, other functions and constants
+    join the module (the AST edit catalogue mechanisms use). (source, None), or (None, why)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        return None, f"syntax error at line {exc.lineno} of your code: {exc.msg}"
+    body = list(tree.body)
+    classes = [n for n in body if isinstance(n, ast.ClassDef)]
+    if classes:  # the model wrote (part of) the class out: take its members
+        body = [n for n in body if not isinstance(n, ast.ClassDef)] + list(classes[0].body)
+    parent_class = next((n for n in ast.parse(parent_source).body if isinstance(n, ast.ClassDef)), None)
+    attributes_known = {t.id for n in (parent_class.body if parent_class else []) if isinstance(n, ast.Assign)
+                        for t in n.targets if isinstance(t, ast.Name)}
+    methods, attributes, imports, module = {}, {}, [], []
+    for node in body:
+        if isinstance(node, ast.FunctionDef) and node.args.args and node.args.args[0].arg == "self":
+            methods[node.name] = ast.unparse(node)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            imports.append(ast.unparse(node))
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in attributes_known:
+            attributes[node.targets[0].id] = ast.unparse(node.value)
+        elif not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):
+            module.append(ast.unparse(node))
+    if not methods and not attributes:
+        return None, "no method of the Harness class (a `def` taking `self`) or class attribute to change"
+    edit = Mechanism("local-edit", "", (), methods, attributes, tuple(imports), "\n\n".join(module))
+    try:
+        return apply_mechanism(parent_source, edit), None
+    except (ValueError, SyntaxError) as exc:
+        return None, f"could not apply the edit to the harness: {exc}"
 
 
 def _first_sentence(text: str, limit: int = 140) -> str:
@@ -127,8 +176,7 @@ class LocalCoderProposer(Proposer):
             ideas = "\n".join(f"- {m.name}: {_first_sentence(m.hypothesis)}" for m in self.domain.mechanisms())
             parts.append("Ideas others tried in this domain (names only; write your own code):\n" + ideas)
         parts.append("Write an improved harness: change what you expect to fix the most failures, keep the rest. "
-                     "Reply with the complete module in one ```python block, then one line "
-                     "`Hypothesis: <why it should score higher>`.")
+                     + ASK[self.config.edit])
         return "\n\n".join(parts)
 
     def _failing_traces(self, archive: Archive, parent: str, version: int | None) -> list[str]:
@@ -201,7 +249,7 @@ class LocalCoderProposer(Proposer):
     # -- one candidate ---------------------------------------------------------------------
     def _problem(self, source: str | None, parent_source: str, archive: Archive, taken: set[str]) -> str | None:
         if source is None:
-            return "no ```python block with the complete module"
+            return "no ```python block with the code"
         problem = validate_source(source) or self.rules.check(source, parent_source)
         if problem is None and self.check is not None:
             problem = self.check(Candidate(source, [archive.accepted()]), archive)
@@ -227,7 +275,10 @@ class LocalCoderProposer(Proposer):
             spent["cpu_s"] += reply.get("cpu_s") or 0.0
             spent["cached"] += bool(reply["cached"])
             source, hypothesis = split_reply(reply["text"])
-            problem = self._problem(source, parent_source, archive, taken)
+            spliced: str | None = None
+            if source is not None and self.config.edit == "hooks":
+                source, spliced = splice(source, parent_source)
+            problem = spliced or self._problem(source, parent_source, archive, taken)
             self._log("response", turn=turn, parent=parent, problem=problem, **{k: reply.get(k) for k in (
                 "tokens_in", "tokens_out", "wall_s", "cpu_s", "cached")})
             if problem is None and source is not None:
@@ -239,8 +290,7 @@ class LocalCoderProposer(Proposer):
                           repairs=turn, novel=novel > 0, **spent)
                 return candidate
             messages += [{"role": "assistant", "content": reply["text"]},
-                         {"role": "user", "content": f"Rejected: {problem}. Reply with the corrected complete module "
-                                                     "in one ```python block, then the `Hypothesis:` line."}]
+                         {"role": "user", "content": f"Rejected: {problem}. " + ASK[self.config.edit]}]
         self._log("rejected", parent=parent, problem=problem, repairs=self.config.max_repairs, **spent)
         return None
 
