@@ -137,3 +137,29 @@ def test_in_hooks_mode_the_model_writes_only_the_methods_it_changes_and_they_are
 def test_a_spliced_edit_that_does_not_parse_says_where():
     source, problem = splice("def parse(self, reply, state):\n    return (", H0)
     assert source is None and "syntax error at line" in str(problem)
+
+
+def test_the_proposers_of_one_run_share_one_server(monkeypatch, tmp_path):
+    from whalekit.proposers import local_coder
+
+    started = []
+
+    class FakeServer:
+        def __init__(self):
+            self.process, self.closed = type("P", (), {"poll": lambda self: None})(), False
+
+        def close(self):
+            self.closed = True
+
+    def start(model_path, run_dir, options):
+        started.append(FakeServer())
+        return started[-1]
+
+    monkeypatch.setattr(local_coder, "start_llama_server", start)
+    monkeypatch.setattr(local_coder, "proposer_model_path", lambda spec: tmp_path / "model.gguf")
+    config = LocalCoderConfig()
+    first, second = local_coder.shared_server(config, tmp_path), local_coder.shared_server(config, tmp_path)
+    assert first is second and len(started) == 1, "a new proposer per harness step reuses the running server"
+    local_coder.close_shared_server(first)
+    assert first.closed and local_coder.shared_server(config, tmp_path) is not first
+    local_coder.close_shared_server(started[-1])

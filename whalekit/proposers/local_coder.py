@@ -231,19 +231,16 @@ class LocalCoderProposer(Proposer):
         if self.config.base_url:
             self._client = openai.OpenAI(base_url=self.config.base_url, api_key="local", timeout=self.config.timeout_s)
             return self._client, None
-        run_dir = self.run_dir or Path.cwd()
-        run_dir.mkdir(parents=True, exist_ok=True)
-        self._server = start_llama_server(proposer_model_path(self.config.model), run_dir,
-                                          ServerOptions(n_ctx=self.config.n_ctx, n_threads=self.config.n_threads))
-        atexit.register(self.close)
+        self._server = shared_server(self.config, self.run_dir or Path.cwd())
         self._client = openai.OpenAI(base_url=self._server.base_url, api_key="local", timeout=self.config.timeout_s,
                                      max_retries=0)
         return self._client, self._server
 
     def close(self) -> None:
-        """Stop the server this proposer started (idempotent; it also dies with this process)."""
+        """Stop the server this proposer uses (idempotent; it also dies with this process).
+        The driver makes a proposer per harness step: they share one server (`shared_server`)."""
         if self._server is not None:
-            self._server.close()
+            close_shared_server(self._server)
             self._server, self._client = None, None
 
     # -- one candidate ---------------------------------------------------------------------
@@ -315,6 +312,38 @@ class LocalCoderProposer(Proposer):
                 taken.add(harness_id(candidate.source))
                 out.append(candidate)
         return out
+
+
+_SERVERS: dict[tuple[str, int, int | None], ServerProcess] = {}
+
+
+def shared_server(config: LocalCoderConfig, run_dir: Path) -> ServerProcess:
+    """One llama.cpp server per (model, context, threads) in this process, started on first
+    use and reused by every later proposer (the driver builds one per harness step), so a run
+    holds one model in memory; stopped at exit, and killed with this process in any case."""
+    key = (config.model, config.n_ctx, config.n_threads)
+    server = _SERVERS.get(key)
+    if server is not None and server.process.poll() is None:
+        return server
+    run_dir.mkdir(parents=True, exist_ok=True)
+    server = start_llama_server(proposer_model_path(config.model), run_dir,
+                                ServerOptions(n_ctx=config.n_ctx, n_threads=config.n_threads))
+    if not _SERVERS:
+        atexit.register(close_all_servers)
+    _SERVERS[key] = server
+    return server
+
+
+def close_all_servers() -> None:
+    for server in list(_SERVERS.values()):
+        close_shared_server(server)
+
+
+def close_shared_server(server: ServerProcess) -> None:
+    for key, known in list(_SERVERS.items()):
+        if known is server:
+            del _SERVERS[key]
+    server.close()
 
 
 def _cpu_seconds(pid: int) -> float | None:
