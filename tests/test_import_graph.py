@@ -37,7 +37,7 @@ LAYERS: dict[str, int] = {
     "whalekit.budget": 0, "whalekit.optim": 0, "whalekit.run_state": 0, "whalekit.seams": 0,
     "whalekit.presets": 0, "whalekit.sandbox": 0, "whalekit.methods": 0, "whalekit.errors": 0,
     "whalekit.python_tool": 0, "whalekit.rsft_loss": 0, "whalekit.cpu_info": 0, "whalekit.lifetime": 0,
-    "whalekit.code_identity": 0, "whalekit.code_equivalence": 0,
+    "whalekit.code_identity": 0, "whalekit.code_equivalence": 0, "whalekit.memory": 0,
     # 1: the parts: domains, samplers and models, isolation, archive, run records (and RSFT's
     # settings, which nest the samplers' SamplingParams)
     "whalekit.rsft_config": 1,

@@ -81,6 +81,7 @@ def export_commit(commit: str, into: Path, repo: Path = PACKAGE_DIR.parent) -> P
     """The `whalekit` package of `commit`, written under `into` (git's objects; no worktree)."""
     archive = subprocess.run(["git", "archive", "--format=tar", commit, "whalekit"], cwd=repo, check=True,
                              capture_output=True, timeout=120).stdout
+    into.mkdir(parents=True, exist_ok=True)
     tar = into / "code.tar"
     tar.write_bytes(archive)
     with tarfile.open(tar) as handle:
@@ -149,10 +150,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m whalekit.code_equivalence", description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", required=True, help="the commit whose records should stay valid")
     parser.add_argument("--results", default="results")
+    parser.add_argument("--runs", nargs="+", default=None, metavar="DOMAIN:METHOD",
+                        help="the smoke runs to compare (default: every method on math, WHALE on chess and search QA)")
     parser.add_argument("--cpu-math-rollouts", type=int, default=0,
                         help="also compare a cpu-preset math whale run cut to this many rollouts (SmolLM2, hf)")
     args = parser.parse_args(argv)
-    runs: list[tuple[str, str, str, tuple[str, ...]]] = [("smoke", domain, method, ()) for domain, method in SMOKE_RUNS]
+    pairs = [tuple(r.split(":", 1)) for r in args.runs] if args.runs else list(SMOKE_RUNS)
+    runs: list[tuple[str, str, str, tuple[str, ...]]] = [("smoke", domain, method, ()) for domain, method in pairs]
     if args.cpu_math_rollouts:
         runs.append(("cpu", "math", "whale", ("--set", f"budget.rollouts={args.cpu_math_rollouts}")))
     return 0 if prove(args.against, Path(args.results), runs) else 1

@@ -32,6 +32,7 @@ from whalekit.budget import RolloutBudget
 from whalekit.cpu_info import cpu_has_native_bf16
 from whalekit.domains.base import Domain
 from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, rollout
+from whalekit.memory import release_freed_memory
 from whalekit.models import load_model
 from whalekit.rsft_config import BACKENDS, TRAIN_DTYPES, BatchRecord, RSFTConfig, TrainerState, check_choice
 from whalekit.rsft_loss import packed_training_sequences, token_normalised_loss
@@ -103,6 +104,15 @@ def _unsloth_lora(path: Path, dtype: str, config: RSFTConfig) -> Any:
         use_gradient_checkpointing="unsloth", random_state=config.seed)
 
 
+def enable_gradient_checkpointing(model: Any) -> None:
+    """Recompute each decoder layer in backward (transformers' non-reentrant checkpointing);
+    the embedding's output requires grad so a frozen-embedding (LoRA) model still has a
+    gradient path into the first checkpointed layer. Same losses and gradients, bit for bit:
+    the recomputation runs the same operations on the same inputs."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
+
+
 class RSFTTrainer:
     def __init__(self, policy: PolicyLike, domain: Domain, train_tasks: list[Task], config: RSFTConfig,
                  budget: RolloutBudget, device: str | None = None):
@@ -120,6 +130,8 @@ class RSFTTrainer:
             model = _unsloth_lora(policy.path, self.train_dtype, config)
         else:
             model = load_model(policy.path, self.train_dtype).to(self.device)
+            if config.gradient_checkpointing:
+                enable_gradient_checkpointing(model)
             if config.lora:
                 from peft import LoraConfig, get_peft_model
 
@@ -226,7 +238,9 @@ class RSFTTrainer:
             self.model.train()
             self.optimizer.zero_grad(set_to_none=True)
             loss, tokens = token_normalised_loss(self.model, sequences, self.config.micro_batch_sequences,
-                                                 self.pad_id, self.autocast)
+                                                 self.pad_id, self.autocast,
+                                                 micro_batch_tokens=self.config.micro_batch_tokens,
+                                                 padding_mask=self.config.padding_mask)
             torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
                                            self.config.max_grad_norm)
             self.optimizer.step()
@@ -237,6 +251,7 @@ class RSFTTrainer:
         if not total_tokens:
             return None, 0, dropped, 0.0
         self.sync_sampler()
+        release_freed_memory()  # the activations' and the merged weights' heap goes back to the system
         return loss_tokens / total_tokens, total_tokens, dropped, time.perf_counter() - t0
 
     # -- weights ------------------------------------------------------------------------

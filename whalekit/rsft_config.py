@@ -41,6 +41,22 @@ class RSFTConfig:
     # GPUs); whalekit trains on one device, so only the global mini-batch size follows from it.
     data_parallel: int = 1
     micro_batch_sequences: int = 8  # sequences per forward pass; gradients accumulate over a mini-batch
+    # Padded tokens per forward pass (sequences x the longest of them), as well as the count
+    # above: bounds a micro-batch's activations whatever the harness's prompt length. None: by
+    # count only (the records' behaviour; a cap regroups sequences, so float rounding differs).
+    micro_batch_tokens: int | None = None
+    # Recompute each decoder layer's activations in backward instead of keeping them (peft and
+    # full fine-tuning; non-reentrant, `use_cache=False`; unsloth has its own): a layer keeps
+    # its input, about 2.3 KB a token for SmolLM2-135M instead of ~30-45 KB, for about a third
+    # more train time. Losses and gradients are bit-identical to training without it (measured
+    # fp32 and bf16 autocast: tests/test_rsft_memory.py).
+    gradient_checkpointing: bool = True
+    # True: the right-padding attention mask is passed to the model (the records' behaviour).
+    # False: dropped for causal decoders whose positions ignore it (rsft_loss.
+    # CAUSAL_POSITION_MODEL_TYPES; exact for the real positions the loss reads), so attention
+    # builds no (B, 1, L, L) mask; SDPA then takes its causal kernel, and gradients differ in
+    # float rounding (relative 4e-7 fp32, 7e-3 bf16 autocast), losses not.
+    padding_mask: bool = True
     max_seq_len: int = 1024  # a turn longer than this (prompt + completion) is dropped from training, and counted
     lora: bool = True  # LoRA via peft; False = full fine-tuning
     lora_r: int = 16
@@ -62,6 +78,8 @@ class RSFTConfig:
             raise ValueError("RSFTConfig sizes must be positive")
         if self.minibatch_trajectories < 0:
             raise ValueError("minibatch_trajectories must be >= 0 (0: one optimiser step per sampled batch)")
+        if self.micro_batch_tokens is not None and self.micro_batch_tokens <= 0:
+            raise ValueError("micro_batch_tokens must be positive or None (None: micro-batches by sequence count only)")
         if self.data_parallel < 1:
             raise ValueError("data_parallel must be >= 1")
         if self.learning_rate <= 0 or self.reward_window <= 0:

@@ -59,15 +59,36 @@ def trained_token_count(sequences: list[tuple[list[int], list[int]]]) -> int:
     return sum(sum(1 for x in labels[1:] if x != IGNORE_INDEX) for _, labels in sequences)
 
 
-def padded_micro_batches(sequences: list[tuple[list[int], list[int]]], micro_batch: int,
-                         pad_id: int) -> Iterator[tuple[Any, Any, Any]]:
-    """(input_ids, labels, attention_mask) CPU tensors per micro-batch, the sequences sorted
-    by length so each micro-batch pads little; right padding keeps positions 0..n-1."""
+def micro_batch_indices(lengths: list[int], micro_batch: int,
+                        micro_batch_tokens: int | None = None) -> list[list[int]]:
+    """Which sequences (indices into `lengths`) share each forward pass: sorted by length so
+    each micro-batch pads little, at most `micro_batch` sequences each and, with
+    `micro_batch_tokens`, at most that many padded tokens each (its sequences x its longest
+    one); a sequence longer than the cap is a micro-batch alone. None: by count only."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    if micro_batch_tokens is None:
+        return [order[start:start + micro_batch] for start in range(0, len(order), micro_batch)]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for index in order:  # ascending: the sequence joining a micro-batch is its longest
+        if current and (len(current) >= micro_batch or (len(current) + 1) * lengths[index] > micro_batch_tokens):
+            batches.append(current)
+            current = []
+        current.append(index)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def padded_micro_batches(sequences: list[tuple[list[int], list[int]]], micro_batch: int, pad_id: int,
+                         micro_batch_tokens: int | None = None) -> Iterator[tuple[Any, Any, Any]]:
+    """(input_ids, labels, attention_mask) CPU tensors per micro-batch (`micro_batch_indices`:
+    sorted by length, capped by sequences and optionally by padded tokens); right padding
+    keeps positions 0..n-1."""
     import torch
 
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
-    for start in range(0, len(order), micro_batch):
-        chunk = [sequences[i] for i in order[start:start + micro_batch]]
+    for indices in micro_batch_indices([len(ids) for ids, _ in sequences], micro_batch, micro_batch_tokens):
+        chunk = [sequences[i] for i in indices]
         width = max(len(ids) for ids, _ in chunk)
         input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
         labels = torch.full((len(chunk), width), IGNORE_INDEX, dtype=torch.long)
@@ -98,15 +119,33 @@ def decoder_and_head(model: Any) -> tuple[Any, Any] | None:
     return None if decoder is None or head is None else (decoder, head)
 
 
+# Model types whose positions are 0..n-1 whatever the attention mask says and whose attention
+# is causal: with right padding a real position attends only to real positions before it, so
+# the padding mask changes nothing the loss reads and may be dropped (`padding_mask=False`).
+CAUSAL_POSITION_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+
+
+def model_type(model: Any) -> str | None:
+    """The Hugging Face `model_type` of a causal LM, through a PEFT wrapper."""
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return getattr(getattr(causal_lm, "config", None), "model_type", None)
+
+
 def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]]], micro_batch: int,
                           pad_id: int, autocast: bool = False, backward: bool = True,
-                          trained_positions_only: bool = True) -> tuple[float, int]:
+                          trained_positions_only: bool = True, micro_batch_tokens: int | None = None,
+                          padding_mask: bool = True) -> tuple[float, int]:
     """Sum of next-token cross-entropy over all generated tokens of the batch, divided by
     their count, so a long trajectory weighs per token, not per sequence. Gradients
-    accumulate across micro-batches (when `backward`). `trained_positions_only`: project
-    onto the vocabulary only where a token is trained (same loss; `decoder_and_head` says
-    for which models); False computes every position's logits (the reference that
-    bench/rsft_speed.py times against). Returns (loss, token count)."""
+    accumulate across micro-batches (when `backward`), each of at most `micro_batch`
+    sequences and, with `micro_batch_tokens`, at most that many padded tokens
+    (`micro_batch_indices`). `trained_positions_only`: project onto the vocabulary only
+    where a token is trained (same loss; `decoder_and_head` says for which models); False
+    computes every position's logits (the reference that bench/rsft_speed.py times against).
+    `padding_mask=False`: the right-padding mask is not passed to models of
+    `CAUSAL_POSITION_MODEL_TYPES` (causal attention alone keeps real positions off the
+    padding), so attention builds no (B, 1, L, L) mask and keeps none for backward.
+    Returns (loss, token count)."""
     import torch
     import torch.nn.functional as F
 
@@ -115,16 +154,18 @@ def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]
         return 0.0, 0
     device = next(model.parameters()).device
     split = decoder_and_head(model) if trained_positions_only else None
+    keep_mask = padding_mask or model_type(model) not in CAUSAL_POSITION_MODEL_TYPES
     loss_sum = 0.0
-    for input_ids, labels, attention in padded_micro_batches(sequences, micro_batch, pad_id):
-        input_ids, labels, attention = input_ids.to(device), labels.to(device), attention.to(device)
+    for input_ids, labels, attention in padded_micro_batches(sequences, micro_batch, pad_id, micro_batch_tokens):
+        input_ids, labels = input_ids.to(device), labels.to(device)
+        mask = attention.to(device) if keep_mask else None
         targets = labels[:, 1:]
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             if split is None:
-                logits = model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]
+                logits = model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits[:, :-1]
             else:  # the vocabulary projection only where a token is trained
                 decoder, head = split
-                hidden = decoder(input_ids=input_ids, attention_mask=attention).last_hidden_state
+                hidden = decoder(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state
                 logits = head(hidden[:, :-1][targets != IGNORE_INDEX])
                 targets = targets[targets != IGNORE_INDEX]
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),

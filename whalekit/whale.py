@@ -49,6 +49,7 @@ from whalekit.engine import HarnessRuntime, InProcessHarness
 from whalekit.episode import harness_id
 from whalekit.evaluation import Evaluator, evaluate_test, mean_at_k
 from whalekit.isolation import IsolatedHarness
+from whalekit.memory import release_freed_memory
 from whalekit.progress import report, stage_line
 from whalekit.proposers.registry import make_proposer
 from whalekit.provenance import check_reuse, provenance
@@ -284,6 +285,7 @@ class _Driver:
     def evaluate(self, state: RunState, reason: str) -> None:
         """A test evaluation of the current weights and accepted harness (whalekit.evaluation)."""
         self.evaluator.evaluate(state, reason, self.runtime, self.budget.spent)
+        release_freed_memory()  # the evaluation's trajectories and sampler buffers: freed heap goes back
 
 
     # -- archives, harness runtimes, commits ----------------------------------------------
