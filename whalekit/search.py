@@ -149,6 +149,9 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: ProposerLike, s
     n_tasks = len(search_tasks)
     probe = search_tasks[0].view()
     _give_prototyper(proposer, domain, sampler, search_tasks, budget, archive, config, weights_version, seed)
+    target = getattr(proposer, "inner", proposer)
+    if hasattr(target, "dry_run"):  # a proposer that repairs its own candidates hears the dry run's verdict
+        target.dry_run = lambda source: validate_candidate(source, probe, config.limits())
 
     def evaluate(ids: list[str], call: int) -> None:
         affordable = ids[:budget.remaining // n_tasks]

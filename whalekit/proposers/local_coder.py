@@ -54,6 +54,10 @@ if TYPE_CHECKING:
 # a fence closes only on a line of its own: a harness's own strings may hold ``` (math's parser does)
 CODE_BLOCK = re.compile(r"^[ \t]*```(?:python|py)?[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.S | re.M)
 HYPOTHESIS = re.compile(r"^[\s*_#>-]*hypothesis[\s*_]*:[\s*_]*(.+)$", re.I | re.M)
+# a hypothesis line the model put inside its code block (at the left margin): prose, not code
+# (`hypothesis: '...'` parses as an annotation and would count as an added statement)
+HYPOTHESIS_IN_CODE = re.compile(r"^(?:#[ \t]*)?hypothesis[ \t]*:[ \t]*(.+)\n?", re.I | re.M)
+LINE_NUMBER = re.compile(r"\bline (\d+)\b")
 EDIT_MODES = ("hooks", "module")
 ASK = {"module": "Reply with the complete module in one ```python block, then one line "
                  "`Hypothesis: <why it should score higher>`.",
@@ -91,11 +95,32 @@ class LocalCoderConfig:
 
 
 def split_reply(text: str) -> tuple[str | None, str]:
-    """(the last fenced code block, the hypothesis line) of a reply; None when no block."""
+    """(the last fenced code block, the hypothesis line) of a reply; None when no block. A
+    `Hypothesis:` line written inside the block is taken out of the code (it is prose)."""
     blocks = CODE_BLOCK.findall(text)
     prose = CODE_BLOCK.sub("", text)
     found = HYPOTHESIS.search(prose)
-    return (blocks[-1].strip() + "\n" if blocks else None), (found.group(1).strip() if found else "")
+    hypothesis = found.group(1).strip() if found else ""
+    if not blocks:
+        return None, hypothesis
+    code = blocks[-1]
+    inside = HYPOTHESIS_IN_CODE.search(code)
+    if inside is not None:
+        hypothesis = hypothesis or inside.group(1).strip().strip("'\"")
+        code = code[:inside.start()] + code[inside.end():]
+    return code.strip() + "\n", hypothesis
+
+
+def quote_lines(problem: str, code: str, context: int = 2) -> str:
+    """The lines a problem names ("line 32 ..."), numbered, with a marker on that line: a
+    small model given only "syntax error at line 32" rewrites the same line again."""
+    found = LINE_NUMBER.search(problem)
+    lines = code.splitlines()
+    if found is None or not 1 <= int(found.group(1)) <= len(lines):
+        return ""
+    at = int(found.group(1))
+    shown = range(max(1, at - context), min(len(lines), at + context) + 1)
+    return "\n".join(f"{'>>' if n == at else '  '} {n:3d} | {lines[n - 1]}" for n in shown)
 
 
 def splice(code: str, parent_source: str) -> tuple[str | None, str | None]:
@@ -134,6 +159,12 @@ def splice(code: str, parent_source: str) -> tuple[str | None, str | None]:
         return None, f"could not apply the edit to the harness: {exc}"
 
 
+def spliced_error(problem: str | None) -> bool:
+    """Whether a problem's line number counts lines of the model's reply (a splice error), not
+    of the assembled module."""
+    return bool(problem) and "of your code" in str(problem)
+
+
 def _first_sentence(text: str, limit: int = 140) -> str:
     sentence = re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
     return sentence if len(sentence) <= limit else sentence[:limit - 1] + "…"
@@ -151,6 +182,9 @@ class LocalCoderProposer(Proposer):
         self._server: ServerProcess | None = None
         self._client: Any = None
         self.check: Callable[[Candidate, Archive], str | None] | None = None  # set by restrictions (prompt-only)
+        # set by the search stage: one canned episode of a module in the sandbox (the stage's own
+        # validation), so its error goes back to the model instead of failing the candidate later
+        self.dry_run: Callable[[str], str | None] | None = None
         self._call = 0  # this session's number in the ledger
 
     # -- the prompt ----------------------------------------------------------------------
@@ -255,13 +289,16 @@ class LocalCoderProposer(Proposer):
         if problem is None and added_statements(source, parent_source) == 0:
             problem = ("the module adds or changes no code (a copy, a reformatting or deletions only): rewrite the "
                        "hook behind the most frequent failure")
+        if problem is None and self.dry_run is not None:
+            problem = self.dry_run(source)
         return problem
 
     def _one(self, archive: Archive, parent: str, version: int | None, slot: int, cache: ResponseCache,
              taken: set[str]) -> Candidate | None:
         parent_source = archive.source(parent)
-        messages = [{"role": "system", "content": self.system_prompt()},
-                    {"role": "user", "content": self.user_prompt(archive, parent, version)}]
+        first = [{"role": "system", "content": self.system_prompt()},
+                 {"role": "user", "content": self.user_prompt(archive, parent, version)}]
+        messages = first
         rng = random.Random(f"{self.seed}:{len(archive)}:{slot}")
         spent = {"tokens_in": 0, "tokens_out": 0, "wall_s": 0.0, "cpu_s": 0.0, "cached": 0}
         problem: str | None = None
@@ -271,10 +308,10 @@ class LocalCoderProposer(Proposer):
                 spent[key] += reply.get(key) or 0
             spent["cpu_s"] += reply.get("cpu_s") or 0.0
             spent["cached"] += bool(reply["cached"])
-            source, hypothesis = split_reply(reply["text"])
-            spliced: str | None = None
-            if source is not None and self.config.edit == "hooks":
-                source, spliced = splice(source, parent_source)
+            written, hypothesis = split_reply(reply["text"])
+            source, spliced = written, None
+            if written is not None and self.config.edit == "hooks":
+                source, spliced = splice(written, parent_source)
             problem = spliced or self._problem(source, parent_source, archive, taken)
             self._log("response", turn=turn, parent=parent, problem=problem, **{k: reply.get(k) for k in (
                 "tokens_in", "tokens_out", "wall_s", "cpu_s", "cached")})
@@ -286,10 +323,22 @@ class LocalCoderProposer(Proposer):
                 self._log("candidate", id=harness_id(source), parents=[parent], hypothesis=candidate.hypothesis,
                           repairs=turn, novel=novel > 0, **spent)
                 return candidate
-            messages += [{"role": "assistant", "content": reply["text"]},
-                         {"role": "user", "content": f"Rejected: {problem}. " + ASK[self.config.edit]}]
+            # the first request and only the latest attempt: a small model shown a chain of its own
+            # failed attempts copies them (math seed 0: three identical syntax errors in a row)
+            messages = first + [{"role": "assistant", "content": reply["text"]},
+                                {"role": "user", "content": self._rejection(problem, written, source)}]
         self._log("rejected", parent=parent, problem=problem, repairs=self.config.max_repairs, **spent)
         return None
+
+    def _rejection(self, problem: str | None, written: str | None, source: str | None) -> str:
+        """The repair turn: the reason, the lines it names (in the model's own code for a splice
+        error, else in the assembled module) and the request to write the answer again."""
+        where = written if spliced_error(problem) or source is None else source
+        quoted = quote_lines(problem or "", where or "")
+        shown = f"\n{'Your code' if where is written else 'The harness with your edit'}, there:\n{quoted}\n" \
+            if quoted else " "
+        return (f"Rejected: {problem}.{shown}Fix exactly this; do not repeat the same line. "
+                + ASK[self.config.edit])
 
     def _log(self, kind: str, **data: Any) -> None:
         if self.ledger is not None:

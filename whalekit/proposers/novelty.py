@@ -6,8 +6,9 @@ cannot reach. A catalogue mechanism edits a harness by replacing or adding class
 harness the catalogue reaches from a parent is built from a fixed pool of statements: the
 parent's own and the mechanisms'. A candidate is **novel** when one of its statements (after
 normalisation: `ast.dump`, which ignores formatting, comments and positions) is in neither
-pool; a docstring does not count. The check is conservative: it may call a combination of
-pool statements that no order of mechanisms yields "reachable", never the reverse.
+pool; a statement that does nothing (a docstring, `pass`, a bare
+annotation) does not count. The check is conservative: it may call a combination of pool
+statements that no order of mechanisms yields "reachable", never the reverse.
 
     is_novel(candidate_source, parent_source, domain.mechanisms())   # True: code the catalogue lacks
 """
@@ -22,8 +23,11 @@ from typing import Any
 from whalekit.mechanisms import Mechanism
 
 
-def _is_docstring(node: ast.stmt) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+def _is_inert(node: ast.stmt) -> bool:
+    """A statement that does nothing: a docstring or other bare constant, `pass`, or a bare
+    annotation (`name: 'text'`, how a stray prose line can parse)."""
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) or isinstance(node, ast.Pass) \
+        or (isinstance(node, ast.AnnAssign) and node.value is None)
 
 
 def _harness_class(tree: ast.Module) -> ast.ClassDef | None:
@@ -32,7 +36,7 @@ def _harness_class(tree: ast.Module) -> ast.ClassDef | None:
 
 
 def _dumps(nodes: Iterable[ast.stmt]) -> set[str]:
-    return {ast.dump(n) for n in nodes if not _is_docstring(n)}
+    return {ast.dump(n) for n in nodes if not _is_inert(n)}
 
 
 def _split(source: str) -> tuple[set[str], set[str], str] | None:
