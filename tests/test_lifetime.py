@@ -233,7 +233,8 @@ from whalekit.samplers.base import GenerationRequest, SamplingParams
 
 policy = load_policy("tiny-random", sampler="vllm", vllm_options={"dtype": "float32", "kv_cache_gib": 1})
 policy.sampler.generate([GenerationRequest([1, 2, 3], 4)], SamplingParams(temperature=1.0))
-policy.sampler.load_weights(load_model(policy.path).state_dict())  # the weight-sync buffer now sits in /dev/shm
+policy.sampler.load_weights(load_model(policy.path).state_dict())  # the weight-sync buffer is mapped, then unlinked
+policy.sampler.load_weights(load_model(policy.path).state_dict())  # a second sync uses the unlinked buffer
 print("ready", flush=True)
 time.sleep(600)
 """
@@ -264,16 +265,18 @@ def test_a_sigkilled_driver_holding_a_vllm_sampler_leaves_no_process_and_no_shar
         engine = [p for p in descendants if "EngineCore" in " ".join(psutil.Process(p).cmdline())]
         assert engine, "the vLLM engine runs in a process of its own"
         buffers = {n for n in _shm_names() - before if n.startswith(f"whalekit-weights-{driver.pid}-")}
-        assert buffers, "the weight sync made its shared-memory buffer"
+        assert buffers == set(), "once the engine has mapped the weight-sync buffer, its file is unlinked"
 
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=10)
         killed_at = time.monotonic()
         assert _wait_gone(descendants, timeout=15.0) == [], "engine processes outlived the SIGKILLed driver"
 
-        # Nothing runs in a SIGKILLed process, so what the driver and its engine left in /dev/shm
-        # (the weight-sync buffer, OpenMP's registration files) is removed by the sweep that the
-        # next sampler's start runs (the plugin, in the next driver); nothing else is left.
+        # Nothing runs in a SIGKILLed process: the weight buffer is already unlinked, and what else
+        # the driver and its engine left in /dev/shm (OpenMP's few-byte registration files) is
+        # removed by the sweep that the next sampler's start runs (the plugin, in the next driver).
+        left_by_kill = {n for n in _shm_names() - before if n.startswith("whalekit-")}
+        assert left_by_kill == set(), "no whalekit file outlives the kill, before any sweep"
         def left() -> set[str]:
             new = _shm_names() - before
             return {n for n in new if lifetime.owner_pid(n) in (None, driver.pid, *descendants)}
@@ -287,3 +290,20 @@ def test_a_sigkilled_driver_holding_a_vllm_sampler_leaves_no_process_and_no_shar
             driver.kill()
             driver.wait()
         _kill(descendants)
+
+
+def test_the_weight_buffer_file_goes_once_mapped_and_later_syncs_still_reach_the_mapping():
+    """What the vLLM sampler does after its first sync: the engine's worker holds a mapping,
+    the driver unlinks the file, and the next syncs write through the same memory."""
+    import torch
+
+    from whalekit.samplers.vllm_sync import SharedWeights
+
+    buffer = SharedWeights.for_tensors({"w": torch.zeros(4, 3)}, torch.float32)
+    buffer.write({"w": torch.ones(4, 3)})
+    worker = torch.from_file(buffer.path, shared=True, size=buffer.size, dtype=torch.uint8)  # the worker's map
+    buffer.unlink()
+    assert not Path(buffer.path).exists()
+    buffer.write({"w": torch.full((4, 3), 7.0)})
+    assert worker[:48].view(torch.float32).tolist() == [7.0] * 12, "the unlinked buffer still carries each sync"
+    buffer.close()  # idempotent after the unlink

@@ -195,3 +195,21 @@ def test_the_search_stage_dry_run_verdict_goes_back_to_the_model(tmp_path):
     [candidate] = proposer.propose(archive, n=1)
     assert "dry run failed: harness_error: boom" in model.requests[1][-1]["content"]
     assert ">= 3" in candidate.source and len(checked) == 2
+
+
+def test_a_block_the_model_never_closed_runs_to_the_hypothesis_line():
+    reply = "```python\ndef should_stop(self, state):\n    return True\n\nHypothesis: stop early\nmore prose\n"
+    assert split_reply(reply) == ("def should_stop(self, state):\n    return True\n", "stop early")
+    assert split_reply("```python\n") == (None, "")
+
+
+def test_a_reply_cut_at_the_token_limit_goes_back_as_too_long(tmp_path):
+    class CutModel(ScriptedModel):
+        def __call__(self, messages, request):
+            reply = super().__call__(messages, request)
+            return {**reply, "finish_reason": "length" if len(self.requests) == 1 else "stop"}
+
+    model = CutModel("```python\ndef should_stop(self, state):\n    return (state.turn", _fenced(NEW_CODE))
+    proposer, archive = _proposer(tmp_path, model, max_repairs=1, max_tokens=64)
+    [candidate] = proposer.propose(archive, n=1)
+    assert "cut at the 64-token limit" in model.requests[1][-1]["content"] and candidate.meta["repairs"] == 1

@@ -58,6 +58,7 @@ HYPOTHESIS = re.compile(r"^[\s*_#>-]*hypothesis[\s*_]*:[\s*_]*(.+)$", re.I | re.
 # (`hypothesis: '...'` parses as an annotation and would count as an added statement)
 HYPOTHESIS_IN_CODE = re.compile(r"^(?:#[ \t]*)?hypothesis[ \t]*:[ \t]*(.+)\n?", re.I | re.M)
 LINE_NUMBER = re.compile(r"\bline (\d+)\b")
+OPEN_FENCE = re.compile(r"^[ \t]*```(?:python|py)?[ \t]*\n", re.M)
 EDIT_MODES = ("hooks", "module")
 ASK = {"module": "Reply with the complete module in one ```python block, then one line "
                  "`Hypothesis: <why it should score higher>`.",
@@ -101,14 +102,24 @@ def split_reply(text: str) -> tuple[str | None, str]:
     prose = CODE_BLOCK.sub("", text)
     found = HYPOTHESIS.search(prose)
     hypothesis = found.group(1).strip() if found else ""
-    if not blocks:
+    if blocks:
+        code = blocks[-1]
+        inside = HYPOTHESIS_IN_CODE.search(code)
+        if inside is not None:
+            hypothesis = hypothesis or inside.group(1).strip().strip("'\"")
+            code = code[:inside.start()] + code[inside.end():]
+        return code.strip() + "\n", hypothesis
+    opened = list(OPEN_FENCE.finditer(text))
+    if not opened:
         return None, hypothesis
-    code = blocks[-1]
+    # a block the model never closed (the 1.5B model does so often: it goes straight on to
+    # the Hypothesis line): the code runs to that line, or to the end of the reply
+    code = text[opened[-1].end():]
     inside = HYPOTHESIS_IN_CODE.search(code)
     if inside is not None:
         hypothesis = hypothesis or inside.group(1).strip().strip("'\"")
-        code = code[:inside.start()] + code[inside.end():]
-    return code.strip() + "\n", hypothesis
+        code = code[:inside.start()]
+    return (code.strip() + "\n" if code.strip() else None), hypothesis
 
 
 def quote_lines(problem: str, code: str, context: int = 2) -> str:
@@ -157,6 +168,14 @@ def splice(code: str, parent_source: str) -> tuple[str | None, str | None]:
         return apply_mechanism(parent_source, edit), None
     except (ValueError, SyntaxError) as exc:
         return None, f"could not apply the edit to the harness: {exc}"
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return False
+    return True
 
 
 def spliced_error(problem: str | None) -> bool:
@@ -252,7 +271,7 @@ class LocalCoderProposer(Proposer):
             raise ProposerError(f"local proposer: the model server failed: {exc}") from exc
         usage = response.usage
         cpu_after = _cpu_seconds(server.pid) if server else None
-        return {"text": response.choices[0].message.content or "",
+        return {"text": response.choices[0].message.content or "", "finish_reason": response.choices[0].finish_reason,
                 "tokens_in": usage.prompt_tokens if usage else 0, "tokens_out": usage.completion_tokens if usage else 0,
                 "wall_s": round(time.perf_counter() - started, 3),
                 "cpu_s": None if cpu_before is None or cpu_after is None else round(cpu_after - cpu_before, 3)}
@@ -309,10 +328,15 @@ class LocalCoderProposer(Proposer):
             spent["cpu_s"] += reply.get("cpu_s") or 0.0
             spent["cached"] += bool(reply["cached"])
             written, hypothesis = split_reply(reply["text"])
+            cut: str | None = None
+            if reply.get("finish_reason") == "length" and (written is None or not _parses(written)):
+                cut = (f"your reply was cut at the {self.config.max_tokens}-token limit before the code was "
+                       "complete: write less (only what you change, no explanation before the code)")
+                written = None
             source, spliced = written, None
             if written is not None and self.config.edit == "hooks":
                 source, spliced = splice(written, parent_source)
-            problem = spliced or self._problem(source, parent_source, archive, taken)
+            problem = cut or spliced or self._problem(source, parent_source, archive, taken)
             self._log("response", turn=turn, parent=parent, problem=problem, **{k: reply.get(k) for k in (
                 "tokens_in", "tokens_out", "wall_s", "cpu_s", "cached")})
             if problem is None and source is not None:

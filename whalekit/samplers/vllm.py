@@ -252,6 +252,7 @@ class VLLMSampler(Sampler):
         # from the buffer, which still holds what the engine has.
         layout = self._shared.write(tensors, also=_fused_partners(tensors, self.weight_names))
         self.llm.collective_rpc("whalekit_load_shared_weights", args=(self._shared.path, layout))
+        self._shared.unlink()  # the workers have mapped it: nothing is left in /dev/shm if this process is killed
         self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
         self._lora, self.base_modified = None, True  # the merged weights already hold any adapter
         self.version += 1

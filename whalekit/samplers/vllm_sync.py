@@ -2,11 +2,15 @@
 into one buffer in /dev/shm (RAM, not disk) that the engine's worker maps too, and the
 worker reloads them in place with vLLM's layer-wise `reload_weights`, which repacks each
 layer for the CPU kernels as a fresh load would. Nothing is serialised and no model file
-is written; the buffer is made once and reused by every sync.
+is written; the buffer is made once and reused by every sync. Its file is unlinked as soon as
+the engine's workers have mapped it (after the first sync): the memory lives while a mapping
+does, so a SIGKILLed driver and its engine leave no 270-540 MB file in /dev/shm (only a kill
+inside the first sync's few seconds can, and the next sampler's start sweeps that).
 
     buffer = SharedWeights.for_tensors(state_dict)       # driver side, once
     layout = buffer.write(state_dict)                     # each sync: one copy per tensor
     llm.collective_rpc("whalekit_load_shared_weights", args=(buffer.path, layout))
+    buffer.unlink()                                       # every worker has mapped it: the file goes
 
 `WorkerWeightSync` is vLLM's `worker_extension_cls`: its methods join the engine worker's
 and are what `collective_rpc` calls by name.
@@ -79,10 +83,15 @@ class SharedWeights:
                 self.views[name].copy_(tensor.detach())
         return [entry for entry in self.layout if entry[0] in state_dict or entry[0] in also]
 
+    def unlink(self) -> None:
+        """Remove the file; this process's mapping (and every worker's) stays valid. After it,
+        the buffer cannot be mapped again by path (a worker maps it at the first sync only)."""
+        Path(self.path).unlink(missing_ok=True)
+
     def close(self) -> None:
         self.views = {}
         del self.buffer
-        Path(self.path).unlink(missing_ok=True)
+        self.unlink()
 
 
 def _views(buffer: Any, layout: Layout) -> dict[str, Any]:
@@ -133,6 +142,7 @@ def _repack_tied_lm_head(model: Any) -> None:
     """A tied lm_head shares the embedding's weight, but on CPU its matmul runs from a copy
     prepacked when it was loaded (oneDNN / sgl handle); the reload loads no weight of its own
     into it, so that copy would keep the old embedding. Prepack it again from the new one."""
+    model = getattr(model, "language_model", model)  # a conditional-generation model's text part (Qwen3.5)
     head = getattr(model, "lm_head", None)
     embed = getattr(getattr(model, "model", None), "embed_tokens", None)
     method = getattr(head, "quant_method", None)
