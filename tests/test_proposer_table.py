@@ -35,3 +35,20 @@ def test_each_proposer_gets_its_rates_its_test_interval_and_its_pairing_with_ref
 
 def test_no_record_says_how_to_make_them():
     assert "bench/proposer_strength.py" in markdown([])
+
+
+def _in(domain: str, record: dict) -> dict:
+    return {**record, "domain": domain}
+
+
+def test_the_local_model_becomes_the_default_only_where_its_seeds_beat_reflective_on_two_domains():
+    from whalekit.proposer_table import decision
+
+    better = [_in(d, _record(p, s, f)) for d in ("chess", "math") for s in range(3)
+              for p, f in (("reflective", 0.5 - 0.05 * s), ("local", 0.7 - 0.05 * s))]
+    assert "**local becomes the cpu default**" in "\n".join(decision(better))
+    one_domain = [r for r in better if r["domain"] == "math"]
+    assert "**reflective stays the cpu default**" in "\n".join(decision(one_domain))
+    one_seed = [r for r in better if r["seed"] == 0]
+    text = "\n".join(decision(one_seed))
+    assert "**reflective stays the cpu default**" in text and "one seed: not decidable" in text

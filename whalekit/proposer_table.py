@@ -89,6 +89,36 @@ def rows(records: Sequence[dict[str, Any]], domain: str, iterations: int) -> lis
     return out
 
 
+def decision(records: Sequence[dict[str, Any]], iterations: int = 3, candidate: str = "local") -> list[str]:
+    """Issue 51's rule, applied to what is recorded: `candidate` becomes the cpu preset's
+    proposer if its accepted harnesses beat the reflective proposer's on at least two
+    domains, "beat" meaning a paired t-interval over seeds above 0 (so with one seed no
+    domain can count: a single run's problem noise is not a verdict)."""
+    lines, wins, domains = [], 0, 0
+    for domain in sorted({str(r["domain"]) for r in records}):
+        mine = {int(r["seed"]): r for r in records if r["domain"] == domain and r["proposer"] == candidate
+                and int(r["iterations"]) == iterations}
+        base = {int(r["seed"]): r for r in records if r["domain"] == domain and r["proposer"] == BASELINE
+                and int(r["iterations"]) == iterations}
+        seeds = sorted(set(mine) & set(base))
+        if not seeds:
+            continue
+        domains += 1
+        diff = paired_difference(_scores([mine[s] for s in seeds], "final"), _scores([base[s] for s in seeds], "final"))
+        beats = len(seeds) >= 2 and diff.low > 0
+        wins += beats
+        lines.append(f"- {domain}: {candidate} − {BASELINE} = {diff.format(signed=True)} points (seeds "
+                     f"{diff.format_seeds(signed=True)}): " + ("beats it" if beats else "does not beat it"
+                                                               + (" (one seed: not decidable)" if len(seeds) < 2
+                                                                  else "")))
+    verdict = (f"**{candidate} becomes the cpu default**" if wins >= 2 else
+               f"**{BASELINE} stays the cpu default**")
+    return [f"## Decision: the cpu preset's proposer ({iterations} rounds)", "",
+            f"The rule (issue 51): `{candidate}` replaces `{BASELINE}` if its accepted harnesses beat "
+            f"`{BASELINE}`'s on at least two domains, a paired 95 % t-interval over seeds above 0. Recorded: "
+            f"{domains} domain(s); {candidate} beats {BASELINE} on {wins}. {verdict}.", "", *lines, ""]
+
+
 def markdown(records: Sequence[dict[str, Any]]) -> str:
     if not records:
         return "# Proposer strength\n\nNo record yet: run `bench/proposer_strength.py`.\n"
@@ -119,6 +149,14 @@ def markdown(records: Sequence[dict[str, Any]]) -> str:
                 seeds[(r["domain"], r["proposer"])].add(int(r["seed"]))
         lines += ["Seeds recorded: " + "; ".join(f"{d} {p}: {', '.join(map(str, sorted(s)))}"
                                                  for (d, p), s in sorted(seeds.items())), ""]
+    if 3 in {int(r["iterations"]) for r in records}:
+        lines += decision(records)
+    codes = defaultdict(list)
+    for r in records:
+        codes[(str(r.get("commit", "?"))[:7], str(r.get("run_code_source_sha256", "?"))[:12])].append(
+            f"{r['domain']} {r['proposer']} s{r['seed']} i{r['iterations']}")
+    lines += ["Code that made the records (commit, run-code source hash): " + "; ".join(
+        f"{commit} / {source}: {', '.join(sorted(names))}" for (commit, source), names in sorted(codes.items())), ""]
     shown = [r for r in records if r["proposer"] == "local" and r.get("accepted_diff") and not r["accepted_is_seed"]]
     if shown:
         lines += ["## Accepted harnesses the local model wrote (diff against h0_cpu)", ""]
