@@ -6,7 +6,7 @@ import pytest
 from fakes.harnesses import CalculatorThenAnswer
 
 from whalekit.domains.base import get_domain
-from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.engine import Episode, InProcessHarness, RolloutConfig, RolloutSettings, rollout
 from whalekit.harness import FinalAnswer, Harness
 from whalekit.samplers import GenerationRequest, SamplingParams
 
@@ -123,13 +123,11 @@ def test_a_token_cap_bounds_every_turn_whatever_the_harness_asks(tiny_policy):
     capped = rollout(domain, episodes, tiny_policy.sampler, RolloutConfig(seed=1, progress=False,
                                                                           max_new_tokens_cap=16))
     assert all(len(turn.completion_ids) <= 16 for t in capped for turn in t.turns)
-    sampler = tiny_policy.sampler
-    sampler.max_new_tokens_cap = 8  # the driver sets the run's cap on its sampler
-    try:
-        by_sampler = rollout(domain, episodes, sampler, RolloutConfig(seed=1, progress=False, max_new_tokens_cap=16))
-    finally:
-        sampler.max_new_tokens_cap = None
-    assert all(len(turn.completion_ids) <= 8 for t in by_sampler for turn in t.turns)  # the tighter cap wins
+    by_run = rollout(domain, episodes, tiny_policy.sampler,
+                     RolloutConfig(seed=1, progress=False, max_new_tokens_cap=16),
+                     settings=RolloutSettings(max_new_tokens_cap=8))  # the run's cap, passed by the driver
+    assert all(len(turn.completion_ids) <= 8 for t in by_run for turn in t.turns)  # the tighter cap wins
+    assert not hasattr(tiny_policy.sampler, "max_new_tokens_cap")  # nothing is planted on the sampler
 
 
 def test_an_episode_stops_when_its_response_budget_is_spent_and_each_turn_asks_for_what_is_left(tiny_policy):
@@ -148,12 +146,9 @@ def test_an_episode_stops_when_its_response_budget_is_spent_and_each_turn_asks_f
         assert [len(turn.completion_ids) for turn in t.turns] == [3, 2] and t.correct
     for t in run(RolloutConfig(seed=1, progress=False, max_response_tokens=3)):  # nothing left for turn 2
         assert len(t.turns) == 1 and t.error.startswith("response_budget") and not t.correct
-    sampler = tiny_policy.sampler
-    sampler.max_response_tokens = 3  # the driver sets the run's budget on its sampler
-    try:
-        assert all(len(t.turns) == 1 for t in run(RolloutConfig(seed=1, progress=False)))
-    finally:
-        sampler.max_response_tokens = None
+    by_run = rollout(domain, episodes, tiny_policy.sampler, RolloutConfig(seed=1, progress=False),
+                     settings=RolloutSettings(max_response_tokens=3))  # the run's budget, passed by the driver
+    assert all(len(t.turns) == 1 for t in by_run)
 
 
 def test_the_paper_preset_raises_the_h0s_per_turn_limit_to_the_episode_budget():

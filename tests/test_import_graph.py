@@ -14,6 +14,7 @@ path of `import whalekit`.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,36 +30,23 @@ HEAVY = frozenset({
 })
 
 # Lower layers never import higher ones (in a function or not): the contract knows nothing
-# of the parts, the parts nothing of the driver, the driver nothing of the front ends.
-LAYERS: dict[str, int] = {
-    # 0: the contract and plain utilities
-    "whalekit": 0, "whalekit.types": 0, "whalekit.harness": 0, "whalekit.episode": 0, "whalekit.harness_helpers": 0,
-    "whalekit.harness_worker": 0, "whalekit.mechanisms": 0, "whalekit.stats": 0, "whalekit.shutdown": 0,
-    "whalekit.budget": 0, "whalekit.optim": 0, "whalekit.run_state": 0, "whalekit.seams": 0,
-    "whalekit.presets": 0, "whalekit.sandbox": 0, "whalekit.methods": 0, "whalekit.errors": 0,
-    "whalekit.python_tool": 0, "whalekit.rsft_loss": 0, "whalekit.cpu_info": 0, "whalekit.lifetime": 0,
-    "whalekit.code_identity": 0, "whalekit.code_equivalence": 0, "whalekit.memory": 0,
-    # 1: the parts: domains, samplers and models, isolation, archive, run records (and RSFT's
-    # settings, which nest the samplers' SamplingParams)
-    "whalekit.rsft_config": 1,
-    "whalekit.domains": 1, "whalekit.samplers": 1, "whalekit.model_files": 1, "whalekit.models": 1,
-    "whalekit.isolation": 1, "whalekit.archive": 1, "whalekit.runs": 1, "whalekit.provenance": 1,
-    "whalekit.progress": 1, "whalekit.initial_eval": 1, "whalekit.results": 1,
-    "whalekit.proposer_models": 1, "whalekit.proposer_server": 1,
-    # 2: the machinery built on them: the engine, backends, proposers, timing and tracking
-    "whalekit.engine": 2, "whalekit.backends": 2, "whalekit.proposers": 2, "whalekit.timing": 2,
-    "whalekit.tracking": 2, "whalekit.compositions": 2,
-    # 3: the driver and its phases
-    "whalekit.rsft": 3, "whalekit.search": 3, "whalekit.schedules": 3, "whalekit.whale": 3, "whalekit.config": 3,
-    "whalekit.evaluation": 3, "whalekit.budget_accounting": 3, "whalekit.stage_scheduling": 3,
-    # 4: front ends: figures, tables, the viewer, the command line, the reproduction
-    "whalekit.tables": 4, "whalekit.plots": 4, "whalekit.widgets": 4, "whalekit.viewer": 4, "whalekit.cli": 4,
-    "whalekit.cli_config": 4, "whalekit.cli_harness": 4, "whalekit.reproduce": 4, "whalekit.calibration": 4,
-    "whalekit.reproduce_plan": 4, "whalekit.notebook_runner": 4,
-    "whalekit.run_set": 4, "whalekit.verdicts": 4, "whalekit.figures": 4,
-    "whalekit.run_summaries": 4, "whalekit.plot_style": 4, "whalekit.behaviour_plots": 4,
-    "whalekit.stage_effects": 4, "whalekit.threats": 4, "whalekit.lever_plots": 4, "whalekit.proposer_table": 4,
-}
+# of the parts, the parts nothing of the driver, the driver nothing of the front ends. The map
+# is the README's list (its architecture section), read here so the two cannot disagree.
+README = PACKAGE.parent / "README.md"
+MAP_START, MAP_END = "<!-- layer map: tests/test_import_graph.py reads this list -->", "<!-- end of the layer map -->"
+
+
+def read_layer_map(text: str) -> dict[str, int]:
+    """`whalekit.<module>` -> layer, from the numbered list between the README's two markers."""
+    block = text.split(MAP_START, 1)[1].split(MAP_END, 1)[0]
+    layers: dict[str, int] = {}
+    for number, names in re.findall(r"^(\d+)\. [^:]*: (.*)$", block, flags=re.MULTILINE):
+        for name in re.findall(r"`([\w.]+)`", names):
+            layers[name if name == "whalekit" else f"whalekit.{name}"] = int(number)
+    return layers
+
+
+LAYERS: dict[str, int] = read_layer_map(README.read_text(encoding="utf-8"))
 
 # In-function imports that guard no heavy dependency, left by work in flight: none remain.
 # This list only shrinks: an entry whose import is gone fails the test until it is removed here.
@@ -250,6 +238,13 @@ def test_the_circle_finder_reports_the_circle_it_finds():
 
 def test_every_package_module_has_a_layer():
     assert [m for m in MODULES if layer(m) is None] == []
+
+
+def test_the_readme_map_names_only_modules_that_exist_and_each_once():
+    names = re.findall(r"`([\w.]+)`", README.read_text(encoding="utf-8").split(MAP_START, 1)[1].split(MAP_END, 1)[0])
+    assert len(names) == len(set(names)) == len(LAYERS) > 50
+    assert [m for m in LAYERS if m not in MODULES] == []
+    assert sorted(set(LAYERS.values())) == [0, 1, 2, 3, 4]
 
 
 def test_no_upward_imports():

@@ -180,7 +180,7 @@ def test_the_offline_fst_search_has_prompt_wordings_to_try_in_every_paper_domain
     """Every code mechanism fails the restriction, so without wordings an FST search runs
     dry and its whole budget falls through to training."""
     from whalekit.domains.base import get_domain
-    from whalekit.whale import make_proposer
+    from whalekit.proposers.registry import make_proposer
 
     domain = get_domain(domain_name)
     archive = Archive.open(tmp_path / "archive", domain.name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from whalekit.schedules import AdaptiveConfig, Schedule, StageRecord, parse_schedule, should_switch, window_means
+from whalekit.search import SearchConfig
 
 
 def test_adaptive_rule_switches_after_patience_steps_without_improvement():
@@ -73,11 +74,13 @@ def test_a_stagewise_split_outside_0_1_is_refused(split):
 def test_a_harness_stage_of_i_6_runs_5_proposer_iterations():
     """The authors' counting: the incoming harness's evaluation is iteration 1."""
     history = [StageRecord("weight", 10, 1)]
-    assert Schedule("whale", 0.6, 6).next_stage(history, 1000).iterations == 5
-    assert Schedule("whale", 0.6, 6, count_incoming=False).next_stage(history, 1000).iterations == 6
-    assert Schedule("harness_only", 0.6, 2).next_stage([], 1000).iterations == 1
+    assert SearchConfig().proposer_iterations(6) == 5
+    assert SearchConfig(count_incoming=False).proposer_iterations(6) == 6
+    assert Schedule("whale", 0.6, SearchConfig().proposer_iterations(6)).next_stage(history, 1000).iterations == 5
+    assert Schedule("harness_only", 0.6, 1).next_stage([], 1000).iterations == 1
     with pytest.raises(ValueError, match="incoming"):
-        Schedule("whale", 0.6, 1)
+        Schedule("whale", 0.6, SearchConfig().proposer_iterations(1))
+    Schedule("weight_only", 0.6, 0)  # no harness stages: I = 1 is fine
 
 
 def test_adaptive_thresholds_default_to_the_authors_and_scale_by_epochs():

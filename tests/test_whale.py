@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import whalekit.evaluation as evaluation
+import whalekit.search_phase as search_phase
 import whalekit.whale as whale
 from whalekit.models import load_policy
 from whalekit.runs import RunDir, without_timings
@@ -420,8 +421,8 @@ def test_a_proposers_prototype_runs_stay_charged_to_the_budget_across_harness_st
         made.append(_PrototypingProposer(original(*args, **kwargs)))
         return made[-1]
 
-    original = whale.make_proposer
-    monkeypatch.setattr(whale, "make_proposer", prototyping)
+    original = search_phase.make_proposer
+    monkeypatch.setattr(search_phase, "make_proposer", prototyping)
     run = run_method(_config(tmp_path, "harness_only"), policy=load_policy("tiny-random"))
     prototyped = sum(p.prototyped for p in made)
     assert prototyped >= 4 and prototype_rollouts(run.root / "archive") == prototyped  # two steps or more
@@ -446,7 +447,7 @@ def test_an_iteration_without_a_new_candidate_counts_and_the_harness_phase_goes_
     """As in the authors' search QA and math searches, an iteration that yields no candidate
     still counts: the phase runs its I - 1 proposer iterations; a phase of only empty
     iterations says so, changes nothing, and is not evaluated."""
-    monkeypatch.setattr(whale, "make_proposer", lambda *args, **kwargs: _EmptyProposer())
+    monkeypatch.setattr(search_phase, "make_proposer", lambda *args, **kwargs: _EmptyProposer())
     run = run_method(_config(tmp_path, "whale", schedule="0.5,3", budget=96), policy=load_policy("tiny-random"))
     harness_ends = [e for e in run.events("stage_end") if e["kind"] == "harness"]
     assert harness_ends and all(e["empty"] and e["empty_steps"] == e["steps"] for e in harness_ends)

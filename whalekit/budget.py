@@ -18,6 +18,10 @@ class BudgetExceeded(RuntimeError):
 
 
 BUDGET_MODES = ("rollouts", "weight_steps")
+# The budget phases: every charge names the phase it pays for (RolloutBudget.by_phase)
+RSFT_PHASE = "rsft"  # weight training's sampled batches
+SEARCH_PHASE = "search"  # the harness search's candidate evaluations
+PROTOTYPE_PHASE = "prototype"  # an LLM proposer's prototype runs of drafts (whalekit.proposers.prototype)
 UNBOUNDED = 2**62  # the rollout total of a weight_steps run: rollouts are counted, not capped
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from whalekit.backends import BackendConfig
 from whalekit.budget import BudgetConfig
 from whalekit.methods import METHOD_NAMES as METHODS_ALL
-from whalekit.methods import SEARCH_CAPPED, SEARCH_METHODS, WEIGHT_METHODS
+from whalekit.methods import SEARCH_CAPPED, SEARCH_METHODS, WEIGHT_METHODS, method
 from whalekit.presets import flatten, load_preset, missing_data_files
 from whalekit.rsft_config import RSFTConfig
 from whalekit.runs import RunDir
@@ -36,7 +36,7 @@ PRESET_INITIAL_HARNESSES = ("h0", "h0_cpu")  # starting harnesses that do not na
 @dataclass
 class RunConfig:
     domain: str  # chess | math | searchqa | toy
-    method: str  # whale | weight_only | harness_only | stagewise | stagewise_reverse | fst | adaptive
+    method: str  # a row of whalekit.methods: whale | weight_only | harness_only | stagewise | ... | adaptive
     schedule: tuple[float, int] = (0.6, 6)  # (E epochs, I iterations) per cycle
     # the harness every method starts from, a file under the domain's harnesses/: h0 (the
     # authors', also h0_faithful) or h0_cpu (h0 plus declared protocol scaffolding; the cpu preset)
@@ -92,8 +92,7 @@ class RunConfig:
         self.schedule = parse_schedule(self.schedule)
         if self.isolation not in ("sandbox", "none"):
             raise ValueError(f"isolation must be 'sandbox' or 'none', got {self.isolation!r}")
-        if self.method not in WEIGHT_METHODS + SEARCH_METHODS:
-            raise ValueError(f"unknown method {self.method!r}")
+        row = method(self.method)  # an unknown method is a ValueError naming the known ones
         if isinstance(self.budget, int):
             self.budget = BudgetConfig(rollouts=self.budget)
         elif isinstance(self.budget, dict):
@@ -106,11 +105,11 @@ class RunConfig:
         if self.eval_k_intermediate is not None and not 0 < self.eval_k_intermediate <= self.eval_k:
             raise ValueError(f"eval_k_intermediate must be between 1 and eval_k ({self.eval_k}) or None, "
                              f"got {self.eval_k_intermediate}")
-        if self.budget.mode == "weight_steps" and self.method in SEARCH_CAPPED and self.budget.search_iterations <= 0:
+        if self.budget.mode == "weight_steps" and row.search_capped and self.budget.search_iterations <= 0:
             raise ValueError(f"{self.method} in budget.mode=weight_steps needs budget.search_iterations > 0")
-        if self.method in WEIGHT_METHODS and self.n_train <= 0:
+        if row.trains_weights and self.n_train <= 0:
             raise ValueError(f"{self.method} trains weights: n_train must be positive")
-        if self.method in SEARCH_METHODS and self.n_search <= 0:
+        if row.searches and self.n_search <= 0:
             raise ValueError(f"{self.method} searches harnesses: n_search must be positive")
         for name, cls in (("rsft", RSFTConfig), ("search", SearchConfig), ("adaptive", AdaptiveConfig),
                           ("backend", BackendConfig), ("tracking", TrackingConfig)):
@@ -126,7 +125,7 @@ class RunConfig:
         a harness other than a preset's own starting points (h0, h0_cpu): the
         zero-start runs from h0_faithful sit beside the preset's runs, never over them."""
         suffix = "" if self.initial_harness in PRESET_INITIAL_HARNESSES else f"-{self.initial_harness}"
-        if self.method in ("weight_only", "harness_only", "adaptive"):
+        if not method(self.method).schedule_in_name:
             return f"{self.method}-s{self.seed}{suffix}"
         epochs, iterations = self.schedule
         return f"{self.method}-{epochs:g},{iterations}-s{self.seed}{suffix}"

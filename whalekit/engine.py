@@ -63,6 +63,40 @@ class RolloutConfig:
 SCHEDULES = ("auto", "continuous", "lockstep")
 
 
+class RolloutRunner(Protocol):
+    """Where whole rollouts can run instead of this process (whalekit.backends' RolloutBackend)."""
+
+    def rollout(self, domain: Domain, episodes: list[Episode], config: RolloutConfig | None = None,
+                policy_version: int | None = None) -> list[Trajectory]: ...
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """What every rollout of one run shares: the driver hands it to each phase and to the test
+    evaluation as an argument (it is never set on the sampler). The one way the run's
+    generation limits reach a turn (through `apply`, into the RolloutConfig), and where its
+    rollouts run.
+
+        settings = RolloutSettings(max_new_tokens_cap=24)
+        rollout(domain, episodes, sampler, RolloutConfig(seed=0), settings=settings)
+    """
+
+    max_new_tokens_cap: int | None = None  # RunConfig.max_new_tokens_cap: mechanics presets' per-turn cap
+    max_response_tokens: int | None = None  # RunConfig.max_response_tokens: the episode's response-token budget
+    backend: RolloutRunner | None = None  # runs whole rollouts (Ray workers); None: this process
+
+    def apply(self, config: RolloutConfig) -> RolloutConfig:
+        """`config` under the run's limits: the tighter of the two per-turn caps, and the run's
+        response budget where `config` sets none (the backend's workers get them in the config)."""
+        caps = [c for c in (config.max_new_tokens_cap, self.max_new_tokens_cap) if c is not None]
+        cap = min(caps) if caps else None
+        if cap != config.max_new_tokens_cap:
+            config = replace(config, max_new_tokens_cap=cap)
+        if config.max_response_tokens is None and self.max_response_tokens is not None:
+            config = replace(config, max_response_tokens=self.max_response_tokens)
+        return config
+
+
 class EpisodeHandle(Protocol):
     """What the engine needs from a running episode; EpisodeDriver in-process, or a
     proxy to an isolated worker (whalekit.isolation)."""
@@ -125,21 +159,14 @@ def _stable_hash(text: str) -> int:
 
 
 def rollout(domain: Domain, episodes: list[Episode], sampler: Sampler, config: RolloutConfig | None = None,
-            policy_version: int | None = None) -> list[Trajectory]:
-    """Run all episodes to the end; return one verified Trajectory per episode, in order."""
-    # -- backends seam (issue 21): a sampler bound to a rollout backend (whalekit.backends, e.g.
-    # Ray workers) hands the whole rollout to it; the local path below is unchanged.
+            policy_version: int | None = None, settings: RolloutSettings | None = None) -> list[Trajectory]:
+    """Run all episodes to the end; return one verified Trajectory per episode, in order.
+    `settings`: the run's generation limits and rollout backend (see RolloutSettings)."""
     config = config or RolloutConfig()
-    cap = _token_cap(config, sampler)
-    if cap != config.max_new_tokens_cap:  # the sampler's cap travels with the config (to backend workers too)
-        config = replace(config, max_new_tokens_cap=cap)
-    episode_budget = getattr(sampler, "max_response_tokens", None)  # the run's, set on its sampler by the driver
-    if config.max_response_tokens is None and episode_budget is not None:
-        config = replace(config, max_response_tokens=episode_budget)
-    backend = getattr(sampler, "rollout_backend", None)
-    if backend is not None:
-        return backend.rollout(domain, episodes, config, policy_version)
-    # -- end of the backends seam
+    if settings is not None:  # the run's limits, and where its rollouts run (issue 21: a backend takes them whole)
+        config = settings.apply(config)
+        if settings.backend is not None:
+            return settings.backend.rollout(domain, episodes, config, policy_version)
     supports = bool(getattr(sampler, "continuous", False))  # samplers (and test doubles) without submit/poll
     continuous = config.scheduling == "continuous" or (config.scheduling == "auto" and supports)
     if continuous and not supports:
@@ -235,12 +262,6 @@ def _continuous(domain: Domain, live: list[_Live], sampler: Sampler, config: Rol
             wait([f for _, futures in tools.values() for f in futures], return_when=FIRST_COMPLETED)
         else:
             return
-
-
-def _token_cap(config: RolloutConfig, sampler: Sampler) -> int | None:
-    """The tighter of the config's and the sampler's per-turn token caps (None: no cap)."""
-    caps = [c for c in (config.max_new_tokens_cap, getattr(sampler, "max_new_tokens_cap", None)) if c is not None]
-    return min(caps) if caps else None
 
 
 def _generation_request(item: _Live, tokenizer: TokenizerLike, config: RolloutConfig) -> GenerationRequest | None:

@@ -19,7 +19,7 @@ from typing import Any
 from whalekit.config import RunConfig
 from whalekit.cpu_info import cpu_kind
 from whalekit.domains.base import Domain
-from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, rollout
+from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, RolloutSettings, rollout
 from whalekit.initial_eval import InitialEvalStore, initial_eval_key
 from whalekit.provenance import resolved_sampler, source_sha256
 from whalekit.run_state import RunState
@@ -45,12 +45,14 @@ def mean_at_k(trajectories: list[Trajectory], domain: Domain) -> dict[str, Any]:
 
 
 def evaluate_test(domain: Domain, harness: HarnessRuntime, sampler: Sampler, tasks: list[Task], k: int,
-                  sampling: SamplingParams, seed: int, index: int) -> list[Trajectory]:
-    """k rollouts per test task with the current weights and accepted harness; never charged."""
+                  sampling: SamplingParams, seed: int, index: int,
+                  settings: RolloutSettings | None = None) -> list[Trajectory]:
+    """k rollouts per test task with the current weights and accepted harness; never charged.
+    `settings`: the run's generation limits and rollout backend."""
     episodes = [Episode(task, harness, i) for task in tasks for i in range(k)]
     return rollout(domain, episodes, sampler, RolloutConfig(sampling=sampling,
                                                             seed=seed + 7_777_777, step=index,
-                                                            description=f"test eval {index}"))
+                                                            description=f"test eval {index}"), settings=settings)
 
 
 
@@ -59,7 +61,7 @@ class Evaluator:
     event and counts in `state.evaluations`."""
 
     def __init__(self, config: RunConfig, run: RunDir, domain: Domain, tasks: list[Task], sampler: Sampler,
-                 seed_id: str, shares_initial_eval: bool):
+                 seed_id: str, shares_initial_eval: bool, settings: RolloutSettings | None = None):
         self.config = config
         self.run = run
         self.domain = domain
@@ -67,6 +69,7 @@ class Evaluator:
         self.sampler = sampler
         self.seed_id = seed_id  # the starting harness
         self.shares_initial_eval = shares_initial_eval
+        self.settings = settings  # the run's generation limits and rollout backend
         self._initial_inputs: dict[str, Any] = {}
 
     def samples(self, reason: str) -> int:
@@ -103,7 +106,7 @@ class Evaluator:
             with phase("test_eval"):
                 trajectories = evaluate_test(self.domain, runtime(state.accepted_id), self.sampler,
                                              self.tasks, k, self.config.eval_sampling,
-                                             self.config.seed, index)
+                                             self.config.seed, index, self.settings)
             path = self.run.write_trajectories(f"eval-{index:03d}", trajectories)
             metrics = mean_at_k(trajectories, self.domain)
             if store is not None:

@@ -28,10 +28,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, cast
 
-from whalekit.budget import RolloutBudget
+from whalekit.budget import RSFT_PHASE, RolloutBudget
 from whalekit.cpu_info import cpu_has_native_bf16
 from whalekit.domains.base import Domain
-from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, rollout
+from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, RolloutSettings, rollout
 from whalekit.memory import release_freed_memory
 from whalekit.models import load_model
 from whalekit.rsft_config import BACKENDS, TRAIN_DTYPES, BatchRecord, RSFTConfig, TrainerState, check_choice
@@ -115,13 +115,14 @@ def enable_gradient_checkpointing(model: Any) -> None:
 
 class RSFTTrainer:
     def __init__(self, policy: PolicyLike, domain: Domain, train_tasks: list[Task], config: RSFTConfig,
-                 budget: RolloutBudget, device: str | None = None):
+                 budget: RolloutBudget, device: str | None = None, settings: RolloutSettings | None = None):
         import torch
 
         if not train_tasks:
             raise ValueError("RSFT needs at least one training task")
         self.policy, self.domain, self.tasks, self.config, self.budget = policy, domain, train_tasks, config, budget
         self.sampler = policy.sampler
+        self.settings = settings  # the run's generation limits and rollout backend (None: the config's alone)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.train_dtype = resolve_train_dtype(config.train_dtype, self.device.type, bf16_supported())
         self.backend = resolve_backend(config.backend, config.lora, self.device.type == "cuda")
@@ -177,8 +178,7 @@ class RSFTTrainer:
         goal = self.state.problems_seen + max(0, round(epochs * len(self.tasks)))
         records = []
         while self.state.problems_seen < goal:
-            afford = self.budget.remaining // self.config.samples_per_problem
-            n = min(goal - self.state.problems_seen, self.config.batch_problems, afford)
+            n = self.affordable_problems(goal - self.state.problems_seen)
             if n <= 0:
                 break
             record = self.step(harness, n)
@@ -189,18 +189,23 @@ class RSFTTrainer:
                 on_batch(record)
         return records
 
+    def affordable_problems(self, wanted: int) -> int:
+        """Problems the next batch takes: `wanted`, at most a batch, and no more than the
+        budget can sample `samples_per_problem` times (0: the budget is spent)."""
+        return min(wanted, self.config.batch_problems, self.budget.remaining // self.config.samples_per_problem)
+
     def step(self, harness: HarnessRuntime, n_problems: int | None = None) -> BatchRecord:
         cfg = self.config
         tasks = self.next_batch_tasks(n_problems)
         episodes = [Episode(t, harness, g) for t in tasks for g in range(cfg.samples_per_problem)]
-        self.budget.charge(len(episodes), "rsft")
+        self.budget.charge(len(episodes), RSFT_PHASE)
         version = self.sampler.version
         t0 = time.perf_counter()
         with phase("sample"):
             trajectories = rollout(self.domain, episodes, self.sampler, RolloutConfig(
                 sampling=cfg.sampling, seed=cfg.seed, step=self.state.batches,
                 max_context_tokens=cfg.max_context_tokens, description=f"rsft batch {self.state.batches + 1}"),
-                policy_version=version)
+                policy_version=version, settings=self.settings)
         sample_seconds = time.perf_counter() - t0
         self.last_trajectories = trajectories
         accepted = [t for t in trajectories if t.correct]

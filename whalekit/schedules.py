@@ -1,11 +1,12 @@
 """Which phase runs next, and for how long: WHALE's fixed (E, I) schedules, the
-baselines' schedules, and the adaptive rule.
+baselines' schedules, and the adaptive rule. The order of a method's stages is its row's
+`stages` in whalekit.methods.
 
 A schedule only sees training signals (RSFT rewards, search-split archive scores): the
 driver never hands it a test or validation score, so it cannot peek.
 
-    schedule = make_schedule("whale", (0.6, 6))
-    stage = schedule.next_stage(history)      # Stage("weight", epochs=0.6) ...
+    schedule = Schedule("whale", epochs=0.6, iterations=5)   # I = 6, the incoming harness counted
+    stage = schedule.next_stage(history, budget_total)      # Stage("weight", epochs=0.6) ...
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from whalekit.methods import method
+
 Kind = Literal["weight", "harness"]
-METHODS = ("whale", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive")
 
 
 @dataclass(frozen=True)
@@ -85,47 +87,41 @@ def should_switch(signals: list[float], min_steps: int, patience: int, max_steps
 
 @dataclass
 class Schedule:
-    method: str
+    method: str  # a row of whalekit.methods: its `stages` order the stages
     epochs: float  # E
-    iterations: int  # I
+    # proposer iterations per harness stage: I - 1 under the authors' counting, where I counts
+    # the incoming harness's evaluation as iteration 1 (SearchConfig.proposer_iterations)
+    iterations: int
     stagewise_split: float = 0.5  # stagewise: share of the budget spent in the first phase
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
-    # The authors' counting: I includes the evaluation of the incoming harness as iteration 1,
-    # so a harness stage runs I - 1 proposer iterations. False: I proposer iterations.
-    count_incoming: bool = True
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; known: {', '.join(METHODS)}")
-        if self.epochs <= 0 or self.iterations <= 0:
+        row = method(self.method)  # an unknown method is a ValueError naming the known ones
+        if self.epochs <= 0 or self.iterations < 0:
             raise ValueError("a schedule needs E > 0 epochs and I > 0 iterations per stage")
-        if self.count_incoming and self.iterations < 2 and self.method not in ("weight_only", "adaptive"):
-            raise ValueError(f"I = {self.iterations}: I counts the incoming harness's evaluation as iteration 1, "
-                             f"so a harness stage needs I >= 2 (or search.count_incoming=false)")
+        if row.fixed_harness_stages and self.iterations < 1:
+            raise ValueError("a harness stage needs a proposer iteration: I counts the incoming harness's evaluation "
+                             "as iteration 1, so a harness stage needs I >= 2 (or search.count_incoming=false)")
         if not 0 < self.stagewise_split < 1:
             raise ValueError("stagewise_split must lie strictly between 0 and 1")
 
-    @property
-    def proposer_iterations(self) -> int:
-        """Proposer iterations per harness stage: I - 1 under the authors' counting."""
-        return self.iterations - 1 if self.count_incoming else self.iterations
-
     def next_stage(self, history: list[StageRecord], budget_total: int) -> Stage:
-        weight, harness = Stage("weight", epochs=self.epochs), Stage("harness", iterations=self.proposer_iterations)
+        weight, harness = Stage("weight", epochs=self.epochs), Stage("harness", iterations=self.iterations)
         last = history[-1].kind if history else None
-        if self.method == "weight_only":
-            return weight
-        if self.method == "harness_only":
-            return harness
-        if self.method in ("stagewise", "stagewise_reverse"):
-            first, second = (weight, harness) if self.method == "stagewise" else (harness, weight)
+        row = method(self.method)
+        stages = row.stages
+        if stages in ("weight", "harness"):
+            return weight if stages == "weight" else harness
+        order = row.stagewise
+        if order is not None:
+            first, second = (weight, harness) if order[0] == "weight" else (harness, weight)
             spent_first = sum(h.rollouts for h in history if h.kind == first.kind)
             switched = any(h.kind == second.kind for h in history)
             return first if not switched and spent_first < self.stagewise_split * budget_total else second
-        if self.method == "adaptive":
+        if stages == "alternate_adaptive":
             kind: Kind = "harness" if last == "weight" else "weight"
             return Stage(kind, adaptive=True)
-        return harness if last == "weight" else weight  # whale and fst alternate, weights first
+        return harness if last == "weight" else weight  # alternate, weights first
 
 
 def parse_schedule(text: str | tuple[float, int] | list[float]) -> tuple[float, int]:

@@ -25,17 +25,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from whalekit.archive import ARCHIVE_SCOPES, Archive
-from whalekit.budget import RolloutBudget
+from whalekit.budget import SEARCH_PHASE, RolloutBudget
 from whalekit.domains.base import Domain
-from whalekit.engine import Episode, RolloutConfig, rollout
+from whalekit.engine import Episode, RolloutConfig, RolloutSettings, rollout
 from whalekit.isolation import IsolatedHarness, IsolationLimits, validate_candidate
 from whalekit.proposers.prototype import Prototyper
 from whalekit.samplers.base import Sampler, SamplingParams
 from whalekit.seams import ProposerLike
 from whalekit.timing import phase
 from whalekit.types import Task
-
-BUDGET_PHASE = "search"
 
 
 @dataclass
@@ -73,14 +71,19 @@ class SearchConfig:
     def limits(self) -> IsolationLimits:
         return IsolationLimits(hook_timeout_s=self.hook_timeout_s, memory_mb=self.memory_mb)
 
+    def proposer_iterations(self, iterations: int) -> int:
+        """Proposer iterations of a harness stage of I = `iterations`: I - 1 under the
+        authors' counting (`count_incoming`), else I."""
+        return iterations - 1 if self.count_incoming else iterations
+
 
 def evaluate_candidates(domain: Domain, archive: Archive, candidate_ids: list[str], sampler: Sampler,
                         tasks: list[Task], budget: RolloutBudget, config: SearchConfig, weights_version: int,
-                        seed: int, step: int) -> dict[str, float]:
+                        seed: int, step: int, settings: RolloutSettings | None = None) -> dict[str, float]:
     """Score candidates on `tasks` in one batched rollout (charged first) and record them."""
     if not candidate_ids:
         return {}
-    budget.charge(len(candidate_ids) * len(tasks), BUDGET_PHASE)
+    budget.charge(len(candidate_ids) * len(tasks), SEARCH_PHASE)
     runtimes: dict[str, IsolatedHarness] = {}
     try:
         for cid in candidate_ids:
@@ -90,7 +93,8 @@ def evaluate_candidates(domain: Domain, archive: Archive, candidate_ids: list[st
         trajectories = rollout(domain, episodes, sampler, RolloutConfig(
             sampling=config.sampling, seed=seed, step=step,
             max_context_tokens=config.max_context_tokens,
-            description=f"search: {len(candidate_ids)} candidates"), policy_version=weights_version)
+            description=f"search: {len(candidate_ids)} candidates"), policy_version=weights_version,
+            settings=settings)
     finally:
         for runtime in runtimes.values():
             if isinstance(runtime, IsolatedHarness):
@@ -118,7 +122,7 @@ def _to_rescore(archive: Archive, weights_version: int, top: int) -> list[str]:
 
 def _give_prototyper(proposer: ProposerLike, domain: Domain, sampler: Sampler, search_tasks: list[Task],
                      budget: RolloutBudget, archive: Archive, config: SearchConfig, weights_version: int,
-                     seed: int) -> None:
+                     seed: int, settings: RolloutSettings | None = None) -> None:
     """LLM proposers get a prototyping tool where the domain allows it (the authors' proposers
     run code through Bash in search QA and math, not in chess): drafts run on search problems
     in the sandbox, charged to the budget (phase "prototype"); it also limits their run view
@@ -128,13 +132,15 @@ def _give_prototyper(proposer: ProposerLike, domain: Domain, sampler: Sampler, s
         return  # chess: the authors' proposer cannot run code, so whalekit's gets no prototype tool
     target.prototyper = Prototyper(domain, sampler, search_tasks, budget, archive.root, weights_version, seed,
                                    config.limits(), sampling=config.sampling,
-                                   max_context_tokens=config.max_context_tokens)
+                                   max_context_tokens=config.max_context_tokens, settings=settings)
 
 
 def run_search_stage(domain: Domain, archive: Archive, proposer: ProposerLike, sampler: Sampler,
                      search_tasks: list[Task], budget: RolloutBudget, config: SearchConfig, weights_version: int,
-                     seed: int, step: int = 0, on_iteration: Callable[[dict[str, Any]], None] | None = None) -> str:
+                     seed: int, step: int = 0, on_iteration: Callable[[dict[str, Any]], None] | None = None,
+                     settings: RolloutSettings | None = None) -> str:
     """Run (or resume) one search stage; return the accepted harness id at `weights_version`.
+    `settings`: the run's generation limits and rollout backend, for every rollout it makes.
 
     Candidates that fail validation or crash are recorded and the stage goes on; a
     `ProposerError` (no API key, endpoint down after retries) propagates, since the stage
@@ -148,7 +154,8 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: ProposerLike, s
         return archive.accepted(weights_version)
     n_tasks = len(search_tasks)
     probe = search_tasks[0].view()
-    _give_prototyper(proposer, domain, sampler, search_tasks, budget, archive, config, weights_version, seed)
+    _give_prototyper(proposer, domain, sampler, search_tasks, budget, archive, config, weights_version, seed,
+                     settings)
     target = getattr(proposer, "inner", proposer)
     if hasattr(target, "dry_run"):  # a proposer that repairs its own candidates hears the dry run's verdict
         target.dry_run = lambda source: validate_candidate(source, probe, config.limits())
@@ -157,7 +164,7 @@ def run_search_stage(domain: Domain, archive: Archive, proposer: ProposerLike, s
         affordable = ids[:budget.remaining // n_tasks]
         with phase("sample"):
             evaluate_candidates(domain, archive, affordable, sampler, search_tasks, budget, config, weights_version,
-                                seed, step * 1000 + call)
+                                seed, step * 1000 + call, settings)
         progress["rollouts"] += len(affordable) * n_tasks
         if len(affordable) < len(ids):
             if call:  # a proposer iteration's candidates (call 0 re-scores the incoming harness)

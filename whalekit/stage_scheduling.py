@@ -16,6 +16,7 @@ from typing import Any
 
 from whalekit.budget_accounting import BudgetAccounting
 from whalekit.config import RunConfig
+from whalekit.methods import method
 from whalekit.run_state import RunState
 from whalekit.schedules import Schedule, Stage, StageRecord, should_switch, window_means
 
@@ -32,12 +33,13 @@ class StageScheduler:
     def next_stage(self, state: RunState) -> Stage:
         """The stage to run after those in `state.history`."""
         history = [StageRecord(**h) for h in state.history]
-        if self.config.budget.mode == "weight_steps" and self.config.method in ("stagewise", "stagewise_reverse"):
+        order = method(self.config.method).stagewise
+        if self.config.budget.mode == "weight_steps" and order is not None:
             # Equal weight steps: the whole weight budget in one phase, the search's in the other.
             weight = Stage("weight", epochs=self.schedule.epochs)
-            harness = Stage("harness", iterations=self.schedule.proposer_iterations)
-            first, second = (weight, harness) if self.config.method == "stagewise" else (harness, weight)
-            first_left = self.accounting.weight_steps_left() if first.kind == "weight" \
+            harness = Stage("harness", iterations=self.schedule.iterations)
+            first, second = (weight, harness) if order[0] == "weight" else (harness, weight)
+            first_left = self.accounting.weight_steps_left(state) if first.kind == "weight" \
                 else self.accounting.search_iterations_left(state)
             return first if first_left else second
         return self.schedule.next_stage(history, self.accounting.budget.total)

@@ -6,9 +6,10 @@ from (run seed, step, task id, sample index), never from which worker or batch d
     trajectories = backend.rollout(domain, episodes, RolloutConfig(seed=0))
     backend.load_weights(trainer.merged_state_dict())   # reaches every worker; version + 1
 
-`backend.sampler` is a `Sampler` bound to the backend: hand it to code that takes a sampler
-(`engine.rollout`, the RSFT trainer, the search stage) and their rollouts run on the backend,
-their weight syncs broadcast to every worker. Ray is imported only by the `ray` backend
+`backend.sampler` is a `Sampler` bound to the backend: its weight syncs broadcast to every
+worker, and with `RolloutSettings(backend=backend)` (what the driver passes every phase,
+`backend_of(sampler)`) whole rollouts run on the workers; handed to `engine.rollout` without
+it, each turn's batch is generated on the workers. Ray is imported only by the `ray` backend
 (`pip install -e .[ray]`).
 """
 
@@ -24,7 +25,7 @@ from whalekit.backends.base import (
     WorkerLostError,
     ray_available,
 )
-from whalekit.backends.ray_backend import RayBackend
+from whalekit.backends.ray_backend import BackendSampler, RayBackend
 from whalekit.engine import rollout
 
 if TYPE_CHECKING:
@@ -83,5 +84,11 @@ def make_backend(config: BackendConfig, sampler: Sampler | None = None, model: s
     return RayBackend(config, model=model, sampler_kind=sampler_kind, sampler_options=sampler_options)
 
 
+def backend_of(sampler: Sampler) -> RolloutBackend | None:
+    """The backend a sampler is bound to (a `ray` backend's `sampler`), None for a sampler of
+    this process: the driver passes it on in its RolloutSettings, so whole rollouts go to it."""
+    return sampler.rollout_backend if isinstance(sampler, BackendSampler) else None
+
+
 __all__ = ["BACKEND_KINDS", "BackendConfig", "LocalBackend", "RolloutBackend", "StaleWeightsError",
-           "WorkerLostError", "make_backend", "ray_available"]
+           "WorkerLostError", "backend_of", "make_backend", "ray_available"]

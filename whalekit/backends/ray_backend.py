@@ -278,8 +278,9 @@ class RayBackend:
 
 
 class BackendSampler(Sampler):
-    """A Sampler bound to a backend: `engine.rollout` hands the whole rollout to the backend
-    (the `rollout_backend` seam), `load_weights` broadcasts, `version` is the driver's count."""
+    """A Sampler bound to a backend: a rollout whose RolloutSettings name the backend
+    (`backends.backend_of(sampler)`) goes to it whole, `generate` runs one batch on the
+    workers, `load_weights` broadcasts, `version` is the driver's count."""
 
     def __init__(self, backend: Any, tokenizer: Any):
         self.rollout_backend = backend

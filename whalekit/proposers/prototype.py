@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.archive import archive_folders
-from whalekit.budget import RolloutBudget
+from whalekit.budget import PROTOTYPE_PHASE, RolloutBudget
 from whalekit.domains.base import Domain
-from whalekit.engine import Episode, RolloutConfig, rollout
+from whalekit.engine import Episode, RolloutConfig, RolloutSettings, rollout
 from whalekit.episode import harness_id
 from whalekit.isolation import IsolatedHarness, IsolationLimits, validate_source
 from whalekit.proposers.runview import PROTOTYPES_DIR, render_trajectory
@@ -32,7 +32,6 @@ from whalekit.runs import atomic_write
 from whalekit.samplers.base import Sampler, SamplingParams
 from whalekit.types import Task, Trajectory
 
-BUDGET_PHASE = "prototype"
 SCHEMA_VERSION = 1
 
 
@@ -70,7 +69,7 @@ class Prototyper:
     def __init__(self, domain: Domain, sampler: Sampler, tasks: list[Task], budget: RolloutBudget,
                  archive_root: str | Path, weights_version: int = 0, seed: int = 0,
                  limits: IsolationLimits | None = None, max_problems: int = 8, sampling: SamplingParams | None = None,
-                 max_context_tokens: int = 4096):
+                 max_context_tokens: int = 4096, settings: RolloutSettings | None = None):
         if not tasks or max_problems < 1:
             raise ValueError("the prototyper needs search tasks and max_problems >= 1")
         self.domain, self.sampler, self.tasks, self.budget = domain, sampler, list(tasks), budget
@@ -80,6 +79,7 @@ class Prototyper:
         self.max_problems = max_problems  # problems one call may run
         self.sampling = sampling or SamplingParams()  # as the search's evaluations
         self.max_context_tokens = max_context_tokens
+        self.settings = settings  # the run's generation limits and rollout backend
         self.session: dict[str, Any] = {}  # who is calling (proposer, call), recorded with each run
 
     @property
@@ -102,7 +102,7 @@ class Prototyper:
         if not self.budget.can_afford(len(chosen)):
             return PrototypeRun(None, hid, refused=f"the rollout budget has {self.budget.remaining} rollouts left, "
                                                    f"{len(chosen)} asked")
-        self.budget.charge(len(chosen), BUDGET_PHASE)
+        self.budget.charge(len(chosen), PROTOTYPE_PHASE)
         number = len([p for p in self.root.iterdir()]) if self.root.is_dir() else 0
         prototype_id = f"p{number:04d}"
         runtime = IsolatedHarness(source, self.limits, hid)  # never in the driver's process
@@ -111,7 +111,7 @@ class Prototyper:
                 sampling=self.sampling, seed=self.seed,
                 step=50_000_000 + number, max_context_tokens=self.max_context_tokens, progress=False,
                 description="prototype"),
-                policy_version=self.weights_version)
+                policy_version=self.weights_version, settings=self.settings)
         finally:
             runtime.close()
         modes = [self.domain.failure_mode(t) for t in trajectories]

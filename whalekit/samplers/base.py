@@ -66,13 +66,6 @@ class Sampler(ABC):
     tokenizer: Any
     version: int = 0  # bumped by every load_weights: the policy version of new samples
     continuous: bool = False  # True where submit/poll work: the engine then lets each episode advance on its own
-    # Mechanics presets only (smoke): the most new tokens any turn may take, whatever the
-    # harness asks; the tiny random model never samples EOS, so every turn would run to the
-    # harness's limit. None (cpu, paper): the harness's limit stands.
-    max_new_tokens_cap: int | None = None
-    # The run's per-episode response-token budget (RunConfig.max_response_tokens; paper: the
-    # authors' 8,192), applied by the engine; None: no episode budget.
-    max_response_tokens: int | None = None
 
     @abstractmethod
     def generate(self, requests: list[GenerationRequest], params: SamplingParams) -> list[Completion]: ...

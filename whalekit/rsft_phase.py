@@ -1,0 +1,76 @@
+"""The weight phase as the driver steps it: one RSFT batch per step (whalekit.rsft's trainer),
+its checkpoint saved with the step, the batch record as the `rsft_batch` event. The
+`rsft` entry of whalekit.weight_updates' WEIGHT_UPDATES.
+
+    phase = RSFTPhase(parts)                   # parts: whalekit.run_parts.RunParts
+    record = phase.step(state, stage)          # StepRecord("rsft_batch", ...), or None
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+from whalekit.budget import RSFT_PHASE
+from whalekit.rsft import RSFTTrainer
+from whalekit.run_parts import RunParts
+from whalekit.run_state import RunState
+from whalekit.schedules import Stage
+from whalekit.seams import StepRecord
+from whalekit.timing import phase
+
+
+class RSFTPhase:
+    """Online rejection-sampling fine-tuning, one sampled batch per step."""
+
+    kind = "weight"
+
+    def __init__(self, parts: RunParts):
+        self.parts = parts
+        self.config = parts.config.rsft
+        self.n_train = len(parts.splits.train)
+        self.trainer = RSFTTrainer(parts.policy, parts.domain, parts.splits.train, self.config, parts.budget,
+                                   settings=parts.settings)
+        self.checkpoints = parts.run.root / "checkpoints"
+
+    def step(self, state: RunState, stage: Stage) -> StepRecord | None:
+        """One RSFT batch of the running weight stage: the stage's epochs (or, adaptive, a
+        whole batch) left, as many problems as the budget pays for; None when none can."""
+        goal = round(stage.epochs * self.n_train) if not stage.adaptive else None
+        left = self.config.batch_problems if goal is None else goal - state.stage_problems
+        n = self.trainer.affordable_problems(left)
+        if n <= 0:
+            return None
+        record = self.trainer.step(self.parts.harnesses.runtime(state.accepted_id), n)
+        checkpoint = self.checkpoints / f"rsft-{self.trainer.state.batches:05d}"
+        with phase("checkpoint"):
+            self.trainer.save_checkpoint(checkpoint)
+        state.checkpoint = str(checkpoint)
+        state.stage_problems += n
+        return StepRecord("rsft_batch", asdict(record), signal=record.reward, changed=True)
+
+    def resume(self, state: RunState) -> None:
+        if state.checkpoint:
+            self.trainer.load_checkpoint(Path(state.checkpoint))
+
+    def spent(self, state: RunState) -> dict[str, int]:
+        return {RSFT_PHASE: self.trainer.state.sampled}
+
+    def steps_done(self, state: RunState) -> int:
+        return self.trainer.state.batches
+
+    def stage_signal(self, state: RunState) -> float | None:
+        """The training reward's window mean, as the last rsft_batch logged it."""
+        window = self.trainer.state.rewards[-self.config.reward_window:]
+        return sum(window) / len(window) if window else None
+
+    def committed(self, state: RunState) -> None:
+        """Checkpoints other than the committed state's are removed."""
+        if self.checkpoints.exists():
+            for old in self.checkpoints.iterdir():
+                if str(old) != state.checkpoint:
+                    shutil.rmtree(old, ignore_errors=True)
+
+    def close(self) -> None:
+        pass
