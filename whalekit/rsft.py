@@ -245,7 +245,8 @@ class RSFTTrainer:
             loss, tokens = token_normalised_loss(self.model, sequences, self.config.micro_batch_sequences,
                                                  self.pad_id, self.autocast,
                                                  micro_batch_tokens=self.config.micro_batch_tokens,
-                                                 padding_mask=self.config.padding_mask)
+                                                 padding_mask=self.config.padding_mask,
+                                                 loss_chunk_tokens=self.config.loss_chunk_tokens)
             torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
                                            self.config.max_grad_norm)
             self.optimizer.step()

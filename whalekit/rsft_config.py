@@ -57,6 +57,11 @@ class RSFTConfig:
     # builds no (B, 1, L, L) mask; SDPA then takes its causal kernel, and gradients differ in
     # float rounding (relative 4e-7 fp32, 7e-3 bf16 autocast), losses not.
     padding_mask: bool = True
+    # Trained positions whose cross-entropy is computed at once (rsft_loss.chunked_cross_entropy:
+    # each chunk's float32 logits recomputed in backward), so a micro-batch never holds
+    # (tokens x vocab) float32 logits: at Qwen3.5's 248,320-token vocabulary 8 x 8,192 tokens
+    # would be 65 GB. None: all at once (the records' behaviour; chunks change float rounding).
+    loss_chunk_tokens: int | None = None
     max_seq_len: int = 1024  # a turn longer than this (prompt + completion) is dropped from training, and counted
     lora: bool = True  # LoRA via peft; False = full fine-tuning
     lora_r: int = 16
@@ -80,6 +85,8 @@ class RSFTConfig:
             raise ValueError("minibatch_trajectories must be >= 0 (0: one optimiser step per sampled batch)")
         if self.micro_batch_tokens is not None and self.micro_batch_tokens <= 0:
             raise ValueError("micro_batch_tokens must be positive or None (None: micro-batches by sequence count only)")
+        if self.loss_chunk_tokens is not None and self.loss_chunk_tokens <= 0:
+            raise ValueError("loss_chunk_tokens must be positive or None (None: the whole micro-batch's loss at once)")
         if self.data_parallel < 1:
             raise ValueError("data_parallel must be >= 1")
         if self.learning_rate <= 0 or self.reward_window <= 0:

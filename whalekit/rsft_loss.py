@@ -9,7 +9,7 @@ the sequences and loss the trainer does, without building one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from whalekit.types import Trajectory
 
@@ -103,7 +103,10 @@ def padded_micro_batches(sequences: list[tuple[list[int], list[int]]], micro_bat
 # Model types whose logits are exactly the output embedding applied to the decoder's last
 # hidden state (no logit scaling or soft-capping): for these the loss runs the vocabulary
 # projection on trained positions only. Others get the model's own full forward.
-PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+# qwen3_5 (Qwen3.5's conditional-generation checkpoints, whose `model` is the multimodal
+# backbone: text-only input gives the language model's last hidden state) and qwen3_5_text
+# (its text-only causal LM) apply the plain head too (transformers' modeling_qwen3_5).
+PLAIN_HEAD_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_5", "qwen3_5_text"})
 
 
 def decoder_and_head(model: Any) -> tuple[Any, Any] | None:
@@ -134,7 +137,8 @@ def model_type(model: Any) -> str | None:
 def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]]], micro_batch: int,
                           pad_id: int, autocast: bool = False, backward: bool = True,
                           trained_positions_only: bool = True, micro_batch_tokens: int | None = None,
-                          padding_mask: bool = True) -> tuple[float, int]:
+                          padding_mask: bool = True, loss_chunk_tokens: int | None = None,
+                          normaliser: int | None = None) -> tuple[float, int]:
     """Sum of next-token cross-entropy over all generated tokens of the batch, divided by
     their count, so a long trajectory weighs per token, not per sequence. Gradients
     accumulate across micro-batches (when `backward`), each of at most `micro_batch`
@@ -145,6 +149,11 @@ def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]
     `padding_mask=False`: the right-padding mask is not passed to models of
     `CAUSAL_POSITION_MODEL_TYPES` (causal attention alone keeps real positions off the
     padding), so attention builds no (B, 1, L, L) mask and keeps none for backward.
+    `loss_chunk_tokens`: the cross-entropy runs over at most that many positions at a time,
+    each chunk's float32 logits recomputed in backward (`chunked_cross_entropy`), so a
+    micro-batch never holds (tokens x vocab) float32 logits at once; None: all at once.
+    `normaliser`: the token count to divide by instead of these sequences' own (a data-parallel
+    rank divides by its global mini-batch's: `whalekit.data_parallel`).
     Returns (loss, token count)."""
     import torch
     import torch.nn.functional as F
@@ -152,6 +161,7 @@ def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]
     total_tokens = trained_token_count(sequences)
     if total_tokens == 0:
         return 0.0, 0
+    divisor = total_tokens if normaliser is None else normaliser
     device = next(model.parameters()).device
     split = decoder_and_head(model) if trained_positions_only else None
     keep_mask = padding_mask or model_type(model) not in CAUSAL_POSITION_MODEL_TYPES
@@ -160,17 +170,51 @@ def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]
         input_ids, labels = input_ids.to(device), labels.to(device)
         mask = attention.to(device) if keep_mask else None
         targets = labels[:, 1:]
+        chunked = loss_chunk_tokens is not None and int((targets != IGNORE_INDEX).sum()) > loss_chunk_tokens
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             if split is None:
                 logits = model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits[:, :-1]
             else:  # the vocabulary projection only where a token is trained
                 decoder, head = split
                 hidden = decoder(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state
-                logits = head(hidden[:, :-1][targets != IGNORE_INDEX])
+                trained = hidden[:, :-1][targets != IGNORE_INDEX]
                 targets = targets[targets != IGNORE_INDEX]
-        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                               ignore_index=IGNORE_INDEX, reduction="sum") / total_tokens
+                if chunked:  # the head runs a chunk at a time, here and in backward
+                    chunk_sum = chunked_cross_entropy(trained, targets, head, cast(int, loss_chunk_tokens))
+                else:
+                    logits = head(trained)
+        if not chunked:  # the records' computation, unchanged
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                   ignore_index=IGNORE_INDEX, reduction="sum") / divisor
+        elif split is None:  # the model made every position's logits; their float32 copy is made a chunk at a time
+            loss = chunked_cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), None,
+                                         cast(int, loss_chunk_tokens)) / divisor
+        else:
+            loss = chunk_sum / divisor
         if backward:
             loss.backward()
         loss_sum += loss.item()
     return loss_sum, total_tokens
+
+
+def chunked_cross_entropy(inputs: Any, targets: Any, head: Any, chunk_tokens: int) -> Any:
+    """Summed next-token cross-entropy of `inputs` (positions x hidden, projected by `head`;
+    or positions x vocab logits when `head` is None) against `targets`, `chunk_tokens`
+    positions at a time. Each chunk is checkpointed (non-reentrant): forward keeps its input
+    slice and its scalar, backward recomputes that chunk's float32 logits alone, so the
+    peak holds one chunk's (chunk x vocab) logits, not the micro-batch's. Equal to the
+    unchunked sum up to float32 summation order."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+
+    def chunk_loss(chunk: Any, chunk_targets: Any) -> Any:  # under the caller's autocast, kept on recompute
+        logits = chunk if head is None else head(chunk)
+        return F.cross_entropy(logits.float(), chunk_targets, ignore_index=IGNORE_INDEX, reduction="sum")
+
+    total = inputs.new_zeros((), dtype=torch.float32)
+    for start in range(0, targets.shape[0], chunk_tokens):
+        piece, piece_targets = inputs[start:start + chunk_tokens], targets[start:start + chunk_tokens]
+        if bool((piece_targets != IGNORE_INDEX).any()):
+            total = total + checkpoint(chunk_loss, piece, piece_targets, use_reentrant=False)
+    return total
