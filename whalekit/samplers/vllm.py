@@ -97,6 +97,10 @@ class VLLMSampler(Sampler):
         self.version = 0
         self.seed = seed
         self.weight_names = _checkpoint_tensor_names(self.model_path)
+        # what a trainer's full state dict must cover: the checkpoint less a tied lm_head and the
+        # parts a causal-LM trainer does not load (a vision tower, multi-token-prediction heads)
+        self.trained_names = {n for n in self.weight_names
+                              if n != "lm_head.weight" and not n.startswith(UNTRAINED_PREFIXES)}
         self.last_sync_seconds: float | None = None
         if kv_cache_gib is None:
             kv_cache_gib = _kv_cache_gib_for_machine(self.model_path, dtype, max_num_seqs, max_model_len)
@@ -228,10 +232,11 @@ class VLLMSampler(Sampler):
         have it reload in place (vLLM's layer-wise reload, which repacks each layer for
         the CPU kernels): no model file is written and no tensor serialised. A state dict
         naming only some tensors goes to `load_changed_weights`."""
-        missing = sorted(n for n in self.weight_names if n not in state_dict and n != "lm_head.weight")
+        tensors = checkpoint_names(state_dict, self.weight_names)
+        missing = sorted(self.trained_names - set(tensors))
         if missing:
             raise KeyError(f"load_weights: state dict lacks {len(missing)} tensors, e.g. {missing[:3]}")
-        self.load_changed_weights(state_dict)
+        self.load_changed_weights(tensors)
 
     def load_changed_weights(self, state_dict: Mapping[str, Any]) -> None:
         """`load_weights` for a state dict holding only the tensors that changed (e.g. the
@@ -240,11 +245,12 @@ class VLLMSampler(Sampler):
 
         self._check_idle("load_weights")
         start = time.perf_counter()
-        tensors = {n: t for n, t in state_dict.items() if n in self.weight_names}  # a tied lm_head is left out
+        # a tied lm_head is left out
+        tensors = {n: t for n, t in checkpoint_names(state_dict, self.weight_names).items() if n in self.weight_names}
         if self._shared is None or not self._shared.fits(tensors):
             if self._shared is not None:
                 self._shared.close()
-            full = tensors if set(tensors) >= self.weight_names - {"lm_head.weight"} else None
+            full = tensors if set(tensors) >= self.trained_names else None
             if full is None:
                 raise KeyError("load_changed_weights: the first sync must hold every tensor (it lays out the buffer)")
             self._shared = SharedWeights.for_tensors(full, getattr(torch, self.dtype))
@@ -415,7 +421,28 @@ def _checkpoint_tensor_names(model_path: Path) -> set[str]:
     return names
 
 
-_FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # checkpoint names vLLM fuses into one layer
+# checkpoint names vLLM fuses into one layer: attention, MLP, and Gated DeltaNet's input projections (Qwen3.5)
+_FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"), ("in_proj_qkv", "in_proj_z"),
+          ("in_proj_b", "in_proj_a"))
+# Checkpoint tensors a causal-LM trainer never holds: Qwen3.5's vision tower and its multi-token-
+# prediction layers (AutoModelForCausalLM loads the language model alone). The engine keeps its own.
+UNTRAINED_PREFIXES = ("model.visual.", "mtp.")
+# A conditional-generation checkpoint keeps its language model under this prefix; transformers'
+# causal LM for it names the same tensors without it.
+LANGUAGE_MODEL_PREFIX = "model.language_model."
+
+
+def checkpoint_names(state_dict: Mapping[str, Any], weight_names: set[str]) -> dict[str, Any]:
+    """A trainer's state dict under the checkpoint's tensor names: `model.X` becomes
+    `model.language_model.X` where only that is in the checkpoint (Qwen3.5's released layout
+    loaded as a causal LM); every other name is kept as it is."""
+    out = {}
+    for name, tensor in state_dict.items():
+        if name not in weight_names and name.startswith("model."):
+            nested = LANGUAGE_MODEL_PREFIX + name.removeprefix("model.")
+            name = nested if nested in weight_names else name
+        out[name] = tensor
+    return out
 
 
 def _fused_partners(tensors: Mapping[str, Any], names: set[str]) -> set[str]:
