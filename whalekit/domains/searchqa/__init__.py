@@ -24,7 +24,8 @@ from typing import Any
 
 from whalekit.domains.base import Domain, Splits, Toolbox, Verdict
 from whalekit.domains.searchqa.data import Document, load_corpus_jsonl, load_hotpotqa
-from whalekit.domains.searchqa.retrieval import BM25Index, Hit, cut_to_tokens, render_hits
+from whalekit.domains.searchqa.dense import DenseIndex
+from whalekit.domains.searchqa.retrieval import BM25Index, Hit, Retriever, cut_to_tokens, render_hits
 from whalekit.domains.searchqa.splits import (
     file_splits,
     file_splits_with_test_sets,
@@ -73,7 +74,7 @@ class SearchQADomain(Domain):
         self.mix = dict(DEFAULT_MIX if mix is None else mix)
         self.default_k = default_k
         self._world: World | None = None
-        self._index: BM25Index | None = None
+        self._index: BM25Index | DenseIndex | None = None
 
     # --- data ---------------------------------------------------------------------
     @property
@@ -85,12 +86,15 @@ class SearchQADomain(Domain):
     def load_splits(self, n_train: int = 64, n_search: int = 32, n_test: int = 64, seed: int = 0,
                     source: str = "generated", path: str | Path | list[str | Path] | None = None,
                     corpus: str | Path | None = None, test_paths: list[str | Path] | None = None,
-                    **options: Any) -> Splits:
+                    dense_index: str | Path | None = None, **options: Any) -> Splits:
         """source: "generated" (the world), "hotpotqa" (path: distractor-setting file; its
         paragraphs are the corpus, plus `corpus` if given), or "jsonl"/"nq_open" (path: QA
         jsonl, or a list of them pooled; corpus: corpus jsonl). The loaded corpus becomes the
         search tool's index. test_paths: QA jsonl test files, each its own sub-dataset named by
-        the file (up to n_test questions from each); `path` then gives training and search only."""
+        the file (up to n_test questions from each); `path` then gives training and search only.
+        dense_index: a folder built by `whalekit.domains.searchqa.dense` (e5 + FAISS, the authors'
+        retriever) searched instead of BM25; its corpus is the one it was built from (`corpus`,
+        if given, must be that file), opened from disk and never loaded whole ("jsonl"/"nq_open")."""
         if options:
             raise TypeError(f"unknown load_splits options: {', '.join(sorted(options))}")
         sizes = (n_train, n_search, n_test)
@@ -107,6 +111,12 @@ class SearchQADomain(Domain):
             if corpus is not None:
                 known = {d.id for d in documents}
                 documents += [d for d in load_corpus_jsonl(corpus) if d.id not in known]
+        elif source in ("jsonl", "nq_open") and dense_index is not None:
+            examples = load_qa_files(path, subset="nq_open" if source == "nq_open" else None)
+            dense = self.use_dense_index(dense_index)
+            if corpus is not None and Path(corpus).resolve() != dense.corpus.resolve():
+                raise ValueError(f"dense_index {dense_index} was built from {dense.corpus}, not corpus={corpus}")
+            return self._file_splits(examples, test_paths, sizes, seed, path, dense.fingerprint)
         elif source in ("jsonl", "nq_open"):
             if corpus is None:
                 raise ValueError(f"source={source!r} needs corpus=... (a corpus jsonl: id, title, text)")
@@ -114,20 +124,33 @@ class SearchQADomain(Domain):
             documents = load_corpus_jsonl(corpus)
         else:
             raise ValueError(f"unknown source {source!r}; use 'generated', 'hotpotqa', 'nq_open' or 'jsonl'")
+        if dense_index is not None:
+            raise ValueError(f"dense_index needs source 'jsonl' or 'nq_open' (a corpus file), not {source!r}")
         index = self.set_corpus(documents)
+        return self._file_splits(examples, test_paths, sizes, seed, path, index.fingerprint)
+
+    @staticmethod
+    def _file_splits(examples: Any, test_paths: list[str | Path] | None, sizes: tuple[int, int, int], seed: int,
+                     path: Any, fingerprint: str) -> Splits:
         if test_paths:
             return Splits(*file_splits_with_test_sets(examples, load_test_sets(test_paths), sizes, seed, str(path),
-                                                      corpus=index.fingerprint))
-        return Splits(*file_splits(examples, sizes, seed, str(path), corpus=index.fingerprint))
+                                                      corpus=fingerprint))
+        return Splits(*file_splits(examples, sizes, seed, str(path), corpus=fingerprint))
 
     def set_corpus(self, documents: list[Document]) -> BM25Index:
         """Make `documents` the searched corpus (index loaded from the disk cache or built)."""
-        if self._index is None or self._index.documents != documents:
+        if not isinstance(self._index, BM25Index) or self._index.documents != documents:
             self._index = BM25Index.load_or_build(documents)
         return self._index
 
+    def use_dense_index(self, folder: str | Path) -> DenseIndex:
+        """Search the dense index built in `folder` (opened from disk; pickled as its path)."""
+        if not isinstance(self._index, DenseIndex) or self._index.folder != Path(folder):
+            self._index = DenseIndex.open(folder)
+        return self._index
+
     @property
-    def index(self) -> BM25Index:
+    def index(self) -> Retriever:
         if self._index is None:  # a fresh domain (e.g. in a worker) searches the generated world
             self.set_corpus(self.world.documents)
         assert self._index is not None

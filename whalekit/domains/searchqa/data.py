@@ -219,19 +219,27 @@ def load_corpus_jsonl(path: str | Path) -> list[Document]:
         if doc_id in seen:
             raise DataFormatError(f"{where}: duplicate document id {doc_id!r} (first at {seen[doc_id]})")
         seen[doc_id] = where
-        if "text" in row:
-            title = row.get("title", "")
-            text = _require(row, "text", str, where)
-            if not isinstance(title, str):
-                raise DataFormatError(f"{where}: field 'title' should be str")
-        elif "contents" in row:
-            contents = _require(row, "contents", str, where)
-            title, _, text = contents.partition("\n")
-            if not text:
-                title, text = "", contents
-        else:
-            raise DataFormatError(f"{where}: missing field 'text' (or 'contents')")
-        documents.append(Document(doc_id, title.strip().strip('"'), text.strip()))
+        documents.append(corpus_document(row, where))
     if not documents:
         raise DataFormatError(f"{path}: empty corpus")
     return documents
+
+
+def corpus_document(row: Any, where: str) -> Document:
+    """One corpus row as a Document: `{"id", "title"?, "text"}` or `{"id", "contents":
+    "title\\ntext"}` (FlashRAG / Pyserini, wiki-18's form); `where` names it in errors."""
+    if not isinstance(row, dict) or "id" not in row:
+        raise DataFormatError(f"{where}: missing field 'id'")
+    if "text" in row:
+        title = row.get("title", "")
+        text = _require(row, "text", str, where)
+        if not isinstance(title, str):
+            raise DataFormatError(f"{where}: field 'title' should be str")
+    elif "contents" in row:
+        contents = _require(row, "contents", str, where)
+        title, _, text = contents.partition("\n")
+        if not text:
+            title, text = "", contents
+    else:
+        raise DataFormatError(f"{where}: missing field 'text' (or 'contents')")
+    return Document(str(row["id"]), title.strip().strip('"'), text.strip())

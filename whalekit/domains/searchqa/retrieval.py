@@ -1,4 +1,5 @@
-"""BM25 retrieval over a local corpus (bm25s), with the index cached on disk.
+"""BM25 retrieval over a local corpus (bm25s), with the index cached on disk; the `Retriever`
+interface it shares with dense retrieval (`dense.py`: e5 + FAISS, the authors' retriever).
 
 The index is built once per corpus and stored under
 `whalekit.model_files.cache_dir() / "bm25" / <corpus fingerprint>`, so every later process
@@ -17,9 +18,10 @@ import re
 import shutil
 import tempfile
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from whalekit.domains.searchqa.data import Document, corpus_fingerprint
 from whalekit.model_files import cache_dir
@@ -34,6 +36,19 @@ class Hit:
     document: Document
     score: float
     rank: int  # 1-based
+
+
+class Retriever(Protocol):
+    """What the search tool and the behaviour flags need of a retriever: `BM25Index` (the
+    default, built from the loaded corpus) or `dense.DenseIndex` (e5 + FAISS, opened from disk)."""
+
+    @property
+    def fingerprint(self) -> str: ...  # the corpus's content hash: splits and caches are keyed by it
+
+    @property
+    def by_id(self) -> Mapping[str, Document]: ...
+
+    def search(self, query: str, k: int = 5) -> list[Hit]: ...
 
 
 def index_cache_root() -> Path:
