@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from greedy_reference import argmax_continuations
 from paper_models import KINDS, tiny_model_dir
 
 from whalekit.samplers.base import GenerationRequest, SamplingParams
@@ -31,18 +32,6 @@ def requests(tokenizer, new_tokens: int = 8) -> list[GenerationRequest]:
     return [GenerationRequest(tokenizer.apply_chat_template([{"role": "user", "content": t}],
                                                             add_generation_prompt=True, tokenize=True,
                                                             return_dict=False), new_tokens) for t in texts]
-
-
-def argmax_continuations(model, requests, completions) -> list[list[int]]:
-    """Greedy decoding's ids under `model`, teacher-forced on what the sampler produced."""
-    out = []
-    model.eval()
-    with torch.inference_mode():
-        for request, completion in zip(requests, completions):
-            ids = list(request.prompt_ids) + completion.token_ids
-            logits = model(torch.tensor([ids])).logits[0]
-            out.append(logits[len(request.prompt_ids) - 1: len(ids) - 1].argmax(-1).tolist())
-    return out
 
 
 def trainer_for(policy, lora: bool):

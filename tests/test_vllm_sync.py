@@ -7,6 +7,7 @@ reason when vllm is not importable or WHALEKIT_NO_VLLM=1 is set."""
 from __future__ import annotations
 
 import pytest
+from greedy_reference import argmax_continuations
 
 from whalekit.samplers.base import GenerationRequest, SamplingParams
 
@@ -32,19 +33,6 @@ def _requests(tokenizer) -> list[GenerationRequest]:
     return [GenerationRequest(tokenizer.apply_chat_template([{"role": "user", "content": t}],
                                                             add_generation_prompt=True, tokenize=True,
                                                             return_dict=False), 10) for t in texts]
-
-
-def _argmax_continuations(model, requests, completions) -> list[list[int]]:
-    """Greedy decoding's ids under `model`, teacher-forced on what the sampler produced."""
-    import torch
-
-    out = []
-    with torch.inference_mode():
-        for request, completion in zip(requests, completions):
-            ids = list(request.prompt_ids) + completion.token_ids
-            logits = model(torch.tensor([ids])).logits[0]
-            out.append(logits[len(request.prompt_ids) - 1: len(ids) - 1].argmax(-1).tolist())
-    return out
 
 
 def _trainer(policy, lora: bool):
@@ -83,7 +71,7 @@ def test_after_a_sync_greedy_decoding_follows_the_trainers_new_weights(vllm_poli
             trainer.sync_sampler()
             completions = sampler.generate(requests, GREEDY)
             trainer.model.eval()
-            assert [c.token_ids for c in completions] == _argmax_continuations(trainer.model, requests, completions)
+            assert [c.token_ids for c in completions] == argmax_continuations(trainer.model, requests, completions)
         assert [c.token_ids for c in completions] != before, "new weights must change the outputs"
         assert sampler.version == version + 2
     finally:  # the module's engine goes back to the base model for the next test
@@ -109,7 +97,7 @@ def test_a_partial_update_keeps_the_other_weights_and_completes_fused_layers(vll
     try:
         sampler.load_changed_weights({name: reference.state_dict()[name]})
         completions = sampler.generate(requests, GREEDY)
-        assert [c.token_ids for c in completions] == _argmax_continuations(reference, requests, completions)
+        assert [c.token_ids for c in completions] == argmax_continuations(reference, requests, completions)
     finally:
         sampler.load_weights(load_model(vllm_policy.path).state_dict())
 
@@ -137,7 +125,7 @@ def test_with_vllm_lora_support_the_trainer_syncs_its_adapter_not_merged_weights
         folders.append(trainer._adapter_dir)
         completions = sampler.generate(requests, GREEDY)
         trainer.model.eval()
-        assert [c.token_ids for c in completions] == _argmax_continuations(trainer.model, requests, completions)
+        assert [c.token_ids for c in completions] == argmax_continuations(trainer.model, requests, completions)
         assert set(sampler.llm.llm_engine.list_loras()) == {sampler.version}  # only the current adapter is held
     assert merged == [], "no merged weights cross over when the engine applies adapters"
     assert [c.token_ids for c in completions] != before
