@@ -7,6 +7,13 @@ string arguments and answers them with `role: tool` messages; the loop, tools an
 ledger are shared (whalekit.proposers.agent_loop). Retries with backoff on 429/5xx are
 the SDK's (`max_retries`).
 
+A server that does not parse the model's tool calls (llama.cpp's Python server on a GGUF chat
+template, e.g. Qwen2.5-Coder's) returns them as the reply's text: Qwen's
+`{"name": ..., "arguments": {...}}` objects, their `<tool_call>` tags stripped as special
+tokens. A reply that is nothing but such objects naming offered tools is read as those calls
+(`tool_calls_in_text`), the way vLLM's `hermes` parser reads them server-side; any other text
+stays text.
+
     proposer = OpenAIProposer(domain, AgentConfig(model="Qwen/Qwen2.5-Coder-32B-Instruct"),
                               base_url="http://localhost:8000/v1", api_key="EMPTY")
 """
@@ -14,6 +21,7 @@ the SDK's (`max_retries`).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from whalekit.proposers.agent_loop import AgentConfig, AssistantTurn, HostedAgentProposer, ToolUse
@@ -44,6 +52,7 @@ class _ChatBackend:
         self.client, self.config = client, config
         self.messages: list[dict[str, Any]] = []
         self.tools: list[dict[str, Any]] = []
+        self.turns_read_from_text = 0  # replies whose tool calls came as text (`tool_calls_in_text`)
 
     def start(self, system: str, user: str, tools: list[dict[str, Any]]) -> None:
         self.messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -60,7 +69,19 @@ class _ChatBackend:
         except openai.APIError as exc:
             raise ProposerError(f"openai API error after {self.config.max_retries} retries: {exc}") from exc
         message = response.choices[0].message
+        usage = response.usage
+        tokens = (usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0)
         calls = message.tool_calls or []
+        offered = {t["function"]["name"] for t in self.tools}
+        in_text = [] if calls else tool_calls_in_text(message.content or "", offered)
+        if in_text:
+            self.turns_read_from_text += 1
+            uses = [ToolUse(f"text-{len(self.messages)}-{i}", name, arguments)
+                    for i, (name, arguments) in enumerate(in_text)]
+            self.messages.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": u.id, "type": "function", "function": {"name": u.name, "arguments": json.dumps(u.arguments)}}
+                for u in uses]})
+            return AssistantTurn(message.content or "", uses, *tokens)
         self.messages.append({"role": "assistant", "content": message.content or "",
                               "tool_calls": [c.model_dump(exclude_none=True) for c in calls] or None})
         if not calls:
@@ -72,9 +93,7 @@ class _ChatBackend:
             except json.JSONDecodeError:
                 arguments = {"__unparsed__": call.function.arguments}
             uses.append(ToolUse(call.id, call.function.name, arguments if isinstance(arguments, dict) else {}))
-        usage = response.usage
-        return AssistantTurn(message.content or "", uses, usage.prompt_tokens if usage else 0,
-                             usage.completion_tokens if usage else 0)
+        return AssistantTurn(message.content or "", uses, *tokens)
 
     def add_tool_results(self, results: list[tuple[str, str]]) -> None:
         self.messages.extend({"role": "tool", "tool_call_id": call_id, "content": output}
@@ -82,3 +101,39 @@ class _ChatBackend:
 
     def nudge(self, text: str) -> None:
         self.messages.append({"role": "user", "content": text})
+
+
+_TOOL_CALL_WRAPPING = re.compile(r"</?tool_call>|^```(?:json)?\s*$", re.MULTILINE)
+
+
+def tool_calls_in_text(text: str, tool_names: set[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The tool calls a reply's text consists of, or [] when it is anything else.
+
+    Accepted: one or more JSON objects `{"name": <an offered tool>, "arguments": {...}}` (the
+    arguments may also come as a JSON string), optionally each in `<tool_call>` tags or a json
+    code fence, separated only by whitespace. Prose around them, an unknown tool name or
+    arguments that are not an object make the whole reply text: a half-read reply must not
+    run half of its calls."""
+    body = _TOOL_CALL_WRAPPING.sub("", text).strip()
+    decoder, at = json.JSONDecoder(), 0
+    found: list[tuple[str, dict[str, Any]]] = []
+    while at < len(body):
+        try:
+            value, end = decoder.raw_decode(body, at)
+        except json.JSONDecodeError:
+            return []
+        if not isinstance(value, dict) or set(value) != {"name", "arguments"} or value["name"] not in tool_names:
+            return []
+        arguments = value["arguments"]
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                return []
+        if not isinstance(arguments, dict):
+            return []
+        found.append((value["name"], arguments))
+        at = end
+        while at < len(body) and body[at].isspace():
+            at += 1
+    return found
