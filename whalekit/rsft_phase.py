@@ -47,6 +47,11 @@ class RSFTPhase:
         state.stage_problems += n
         return StepRecord("rsft_batch", asdict(record), signal=record.reward, changed=True)
 
+    def epoch_steps(self, epochs: float) -> int:
+        """`epochs` of the training set in RSFT batches (of `rsft.batch_problems` problems)."""
+        return self.parts.config.adaptive.weight_batches(epochs, len(self.parts.splits.train),
+                                                         self.config.batch_problems)
+
     def resume(self, state: RunState) -> None:
         if state.checkpoint:
             self.trainer.load_checkpoint(Path(state.checkpoint))
