@@ -213,6 +213,24 @@ def test_fractional_epochs_walk_on_from_where_the_last_call_stopped():
     assert trainer.state.problems_seen == 8
 
 
+def test_a_weight_stage_takes_what_is_left_of_its_epochs_a_batch_at_most_and_what_the_budget_pays_for():
+    trainer = _trainer(load_policy("tiny-random"))  # 8 training problems, batches of 4, 4 samples each
+    assert trainer.stage_batch_problems(0.75, done=0) == 4  # 6 problems: a whole batch first
+    assert trainer.stage_batch_problems(0.75, done=4) == 2  # then the 2 left
+    assert trainer.stage_batch_problems(0.75, done=6) <= 0  # the stage's epochs are done
+    assert trainer.stage_batch_problems(None, done=1000) == 4  # adaptive: always a whole batch
+    trainer.budget = RolloutBudget(11)  # pays for 2 problems of 4 samples
+    assert trainer.stage_batch_problems(0.75, done=0) == 2 and trainer.stage_batch_problems(None, done=0) == 2
+    trainer.budget = RolloutBudget(3)
+    assert trainer.stage_batch_problems(None, done=0) == 0
+
+
+def test_train_is_a_stage_of_the_weight_phase_s_batches():
+    trainer = _trainer(load_policy("tiny-random"))
+    records = trainer.train(InProcessHarness(ShortReply()), epochs=0.75)  # the batches above: 4 then 2 problems
+    assert [r.sampled for r in records] == [16, 8] and trainer.state.problems_seen == 6
+
+
 def test_resume_from_checkpoint_reproduces_the_uninterrupted_run(tmp_path):
     harness = InProcessHarness(ShortReply())
     straight = _trainer(load_policy("tiny-random"))

@@ -57,3 +57,15 @@ def test_unknown_keys_newer_schemas_and_negative_counts_are_refused():
         RunState.from_json({"schema_version": 3})
     with pytest.raises(ValueError, match="step"):
         RunState(step=-1)
+
+
+def test_ending_a_stage_records_its_rollouts_and_steps_and_a_stage_of_empty_steps_stalls():
+    state = RunState.fresh("seed", now=0.0)
+    state.begin_stage({"kind": "harness", "iterations": 2}, rollouts_spent=10)
+    state.stage_steps, state.stage_empty_steps = 2, 2
+    state.end_stage("harness", rollouts_spent=14)
+    assert state.history == [{"kind": "harness", "rollouts": 4, "steps": 2}] and state.stalled == 1
+    state.begin_stage({"kind": "weight", "epochs": 0.5}, rollouts_spent=14)
+    state.stage_steps = 1
+    state.end_stage("weight", rollouts_spent=30)
+    assert state.history[-1] == {"kind": "weight", "rollouts": 16, "steps": 1} and state.stalled == 0

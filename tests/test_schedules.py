@@ -104,3 +104,30 @@ def test_the_weight_rule_windows_the_stages_rewards_and_switches_after_the_patie
     switch_at = next(i for i in range(1, 7) if should_switch(window_means(rewards[:i], 2), 2, 2, 0))
     assert switch_at == 5
     assert not should_switch([0.1 * i for i in range(50)], 2, 2, 0)  # max 0: no cap, improving never switches
+
+
+class _WeightPhaseOfBatches:
+    """A weight phase whose every epoch length is `batches` of its steps (seams.WeightPhase's epoch_steps)."""
+
+    def __init__(self, batches: int):
+        self.batches = batches
+
+    def epoch_steps(self, epochs: float) -> int:
+        return self.batches if epochs else 0
+
+
+@pytest.mark.parametrize("batches, switches", [(1, True), (3, False)])
+def test_the_adaptive_rule_measures_a_weight_stage_in_the_weight_phase_s_steps(batches, switches, tmp_path):
+    from whalekit.budget import RolloutBudget
+    from whalekit.budget_accounting import BudgetAccounting
+    from whalekit.config import resolve_config
+    from whalekit.run_state import RunState
+    from whalekit.schedules import Stage
+    from whalekit.stage_scheduling import StageScheduler
+
+    config = resolve_config("smoke", domain="toy", method="adaptive", runs_root=str(tmp_path))
+    scheduler = StageScheduler(config, Schedule("adaptive", 0.5, 2), BudgetAccounting(config, RolloutBudget(64), {}),
+                               n_train=8, weight=_WeightPhaseOfBatches(batches))  # type: ignore[arg-type]
+    state = RunState(stage_signals=[0.5, 0.4])  # the reward fell after the first batch
+    # min, window and patience of one batch: switch; of three: the stage is too short to switch
+    assert scheduler.finished(state, Stage("weight", adaptive=True)) is switches

@@ -14,7 +14,7 @@ from whalekit.domains.toy import ToyDomain
 from whalekit.proposers.base import Candidate, Proposer
 from whalekit.proposers.reflective import ReflectiveProposer
 from whalekit.proposers.report import render_report
-from whalekit.search import SearchConfig, run_search_stage
+from whalekit.search import SearchConfig, SearchStage, run_search_stage
 
 DOMAIN = ToyDomain()
 SPLITS = DOMAIN.load_splits(n_train=4, n_search=2, n_test=2, seed=0)
@@ -92,6 +92,27 @@ def test_reflective_search_records_candidates_charges_each_rollout_once_and_resc
     assert archive.seed_id() in rescored and accepted in rescored and len(rescored) <= 2
     assert budget.spent - spent == len(rescored) * len(SPLITS.search)
     assert "## Weight update 0 -> 1" in render_report(archive, 1)
+
+
+def test_a_stage_stepped_one_iteration_at_a_time_is_the_stage_run_whole(tmp_path: Path, tiny_policy: Any) -> None:
+    config = SearchConfig(iterations=2, candidates_per_iteration=2, **FAST)
+    whole, whole_budget = _archive(tmp_path / "whole"), RolloutBudget(100)
+    run_search_stage(DOMAIN, whole, ReflectiveProposer(DOMAIN.mechanisms(), seed=0), tiny_policy.sampler,
+                     SPLITS.search, whole_budget, config, weights_version=0, seed=0)
+    stepped, budget = _archive(tmp_path / "stepped"), RolloutBudget(100)
+    stage = SearchStage(DOMAIN, stepped, ReflectiveProposer(DOMAIN.mechanisms(), seed=0), tiny_policy.sampler,
+                        SPLITS.search, budget, config, weights_version=0, seed=0)
+    assert stage.step()  # the re-scoring and iteration 0; iteration 1 follows
+    assert stage.progress["iterations_done"] == 1 and budget.spent == (1 + 2) * len(SPLITS.search)
+    assert not stage.step() and stage.over()  # iteration 1, the last
+    assert not stage.step() and budget.spent == whole_budget.spent  # an over stage spends nothing
+    def scores(archive: Archive) -> list[tuple[str, dict[int, dict[str, Any]]]]:  # without the wall-clock time
+        return [(e.id, {v: {k: x for k, x in s.items() if k != "evaluated"} for v, s in e.scores.items()})
+                for e in archive.entries()]
+
+    assert scores(stepped) == scores(whole)
+    assert stage.accepted() == whole.accepted(0)
+    assert stage.progress == whole.stage_progress("step0-w0") == stepped.stage_progress("step0-w0")
 
 
 def test_hostile_candidates_end_as_recorded_failures_and_the_search_goes_on(tmp_path: Path,

@@ -58,7 +58,7 @@ def evaluate_test(domain: Domain, harness: HarnessRuntime, sampler: Sampler, tas
 
 class Evaluator:
     """One run's test evaluations, `eval-000` (initial) onwards: each logs a `test_eval`
-    event and counts in `state.evaluations`."""
+    event; the driver counts it in `state.evaluations`."""
 
     def __init__(self, config: RunConfig, run: RunDir, domain: Domain, tasks: list[Task], sampler: Sampler,
                  seed_id: str, shares_initial_eval: bool, settings: RolloutSettings | None = None):
@@ -95,8 +95,9 @@ class Evaluator:
         return InitialEvalStore(Path(c.runs_root), initial_eval_key(self._initial_inputs))
 
     def evaluate(self, state: RunState, reason: str, runtime: Callable[[str], HarnessRuntime], rollouts: int) -> None:
-        """Evaluate the accepted harness (`runtime(state.accepted_id)`) at `rollouts` spent;
-        the initial evaluation is copied from the shared store when it holds it."""
+        """Evaluate the accepted harness (`runtime(state.accepted_id)`) at `rollouts` spent as
+        evaluation number `state.evaluations`; the initial evaluation is copied from the shared
+        store when it holds it. Reads `state`, writes none of it."""
         started = time.perf_counter()
         index, k = state.evaluations, self.samples(reason)
         store = self.initial_eval_store() if index == 0 else None
@@ -115,4 +116,3 @@ class Evaluator:
                      weights_version=self.sampler.version, accepted_id=state.accepted_id, k=k,
                      n_tasks=len(self.tasks), stages_done=len(state.history),
                      wall_s=time.perf_counter() - started, **metrics)
-        state.evaluations = index + 1

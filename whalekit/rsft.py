@@ -173,14 +173,12 @@ class RSFTTrainer:
     def train(self, harness: HarnessRuntime, epochs: float,
               on_batch: Callable[[BatchRecord], None] | None = None,
               checkpoint_dir: Path | None = None) -> list[BatchRecord]:
-        """Walk `epochs` (fractional) of the training set from where the last call stopped.
-        Stops early, cleanly, when the budget cannot pay for the next batch."""
-        goal = self.state.problems_seen + max(0, round(epochs * len(self.tasks)))
+        """Walk `epochs` (fractional) of the training set from where the last call stopped:
+        one weight stage, batch by batch as the driver's weight phase (whalekit.rsft_phase)
+        steps it. Stops early, cleanly, when the budget cannot pay for the next batch."""
+        start = self.state.problems_seen
         records = []
-        while self.state.problems_seen < goal:
-            n = self.affordable_problems(goal - self.state.problems_seen)
-            if n <= 0:
-                break
+        while (n := self.stage_batch_problems(epochs, self.state.problems_seen - start)) > 0:
             record = self.step(harness, n)
             records.append(record)
             if checkpoint_dir is not None:
@@ -189,9 +187,13 @@ class RSFTTrainer:
                 on_batch(record)
         return records
 
-    def affordable_problems(self, wanted: int) -> int:
-        """Problems the next batch takes: `wanted`, at most a batch, and no more than the
-        budget can sample `samples_per_problem` times (0: the budget is spent)."""
+    def stage_batch_problems(self, epochs: float | None, done: int) -> int:
+        """Problems the next batch of a weight stage takes, the one rule of `train` and of the
+        driver's weight step: what is left of the stage's `epochs` of the training set after
+        the `done` problems it has taken (None: an adaptive stage, a whole batch each time),
+        at most a batch, and no more than the budget can sample `samples_per_problem` times.
+        0 or less: the stage is done or the budget is spent."""
+        wanted = self.config.batch_problems if epochs is None else round(epochs * len(self.tasks)) - done
         return min(wanted, self.config.batch_problems, self.budget.remaining // self.config.samples_per_problem)
 
     def step(self, harness: HarnessRuntime, n_problems: int | None = None) -> BatchRecord:

@@ -29,17 +29,14 @@ class RSFTPhase:
     def __init__(self, parts: RunParts):
         self.parts = parts
         self.config = parts.config.rsft
-        self.n_train = len(parts.splits.train)
         self.trainer = RSFTTrainer(parts.policy, parts.domain, parts.splits.train, self.config, parts.budget,
                                    settings=parts.settings)
         self.checkpoints = parts.run.root / "checkpoints"
 
     def step(self, state: RunState, stage: Stage) -> StepRecord | None:
-        """One RSFT batch of the running weight stage: the stage's epochs (or, adaptive, a
-        whole batch) left, as many problems as the budget pays for; None when none can."""
-        goal = round(stage.epochs * self.n_train) if not stage.adaptive else None
-        left = self.config.batch_problems if goal is None else goal - state.stage_problems
-        n = self.trainer.affordable_problems(left)
+        """One RSFT batch of the running weight stage, the batch `RSFTTrainer.train` would take
+        next in a stage of these epochs (`stage_batch_problems`); None when none can run."""
+        n = self.trainer.stage_batch_problems(None if stage.adaptive else stage.epochs, state.stage_problems)
         if n <= 0:
             return None
         record = self.trainer.step(self.parts.harnesses.runtime(state.accepted_id), n)
@@ -49,6 +46,11 @@ class RSFTPhase:
         state.checkpoint = str(checkpoint)
         state.stage_problems += n
         return StepRecord("rsft_batch", asdict(record), signal=record.reward, changed=True)
+
+    def epoch_steps(self, epochs: float) -> int:
+        """`epochs` of the training set in RSFT batches (of `rsft.batch_problems` problems)."""
+        return self.parts.config.adaptive.weight_batches(epochs, len(self.parts.splits.train),
+                                                         self.config.batch_problems)
 
     def resume(self, state: RunState) -> None:
         if state.checkpoint:

@@ -1,7 +1,9 @@
 """The driver's committed run state (state.json) as a typed, versioned record instead of
 a dict of loose keys: what a killed run resumes from.
 
-Schema 2 is this dataclass, what whale.py's driver commits and resumes from; schema 1
+The driver (whalekit.whale) is its one writer outside a phase's step: the stage rules
+(stage_scheduling) and the test evaluation (evaluation) read it and report what the driver
+records. Schema 2 is this dataclass, what the driver commits and resumes from; schema 1
 was the driver's former plain dict (plus `events_committed` that `RunDir.commit` adds),
 which `from_json` still reads, so runs made before the switch resume and count as finished.
 
@@ -62,6 +64,14 @@ class RunState:
         self.stage, self.stage_steps, self.stage_problems = dict(stage), 0, 0
         self.stage_signals, self.stage_rollouts_start = [], rollouts_spent
         self.stage_empty_steps, self.stage_stop = 0, ""
+
+    def end_stage(self, kind: str, rollouts_spent: int) -> None:
+        """Record the running stage (of `kind`) as finished with `rollouts_spent` spent so far:
+        its history entry, and the stall count (a stage whose every step was empty stalls)."""
+        productive = self.stage_steps - self.stage_empty_steps
+        self.history.append({"kind": kind, "rollouts": rollouts_spent - self.stage_rollouts_start,
+                             "steps": self.stage_steps})
+        self.stalled = 0 if productive else self.stalled + 1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

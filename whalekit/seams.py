@@ -1,5 +1,6 @@
 """The seams between whalekit's parts, as Protocols: what the driver needs of a phase (one
-step at a time, `Phase`, and what a step did, `StepRecord`), what the search stage needs of
+step at a time, `Phase`, and what a step did, `StepRecord`; a weight phase's epochs in steps,
+`WeightPhase`), what the search stage needs of
 a proposer, what the ledger reads of an archive, what the engine and samplers need of a
 tokenizer, and what the trainer needs of a policy and of a sampler that takes LoRA
 adapters. Any object with these members fits (a real part, a test double), no subclassing;
@@ -71,6 +72,16 @@ class Phase(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class WeightPhase(Phase, Protocol):
+    """A weight phase (kind "weight", a `WEIGHT_UPDATES` entry): its stages are measured in
+    epochs of the training set, which it takes a batch per step."""
+
+    def epoch_steps(self, epochs: float) -> int:
+        """`epochs` of the training set in this phase's steps, at least one (0 stays 0): how
+        the stage rules measure the adaptive rule's windows of a weight stage."""
+        ...
 
 
 class TokenizerLike(Protocol):

@@ -10,7 +10,9 @@ shows which problems the new weights solve or lose. The accepted harness is alwa
 archive's best by search-split score at the current weights version; test tasks never
 reach the archive. Every evaluation is written to the archive as it finishes and an
 iteration's proposals are stored before they are evaluated, so a stage killed at any
-point resumes by reopening the archive and calling `run_search_stage` again.
+point resumes by reopening the archive and calling `run_search_stage` again. A stage is a
+`SearchStage` stepped one iteration at a time, by `run_search_stage` to its end and by the
+driver's harness phase (whalekit.search_phase) one driver step at a time.
 
     config = SearchConfig(iterations=6, candidates_per_iteration=3)
     accepted = run_search_stage(domain, archive, ReflectiveProposer(domain.mechanisms()), policy.sampler,
@@ -135,110 +137,157 @@ def _give_prototyper(proposer: ProposerLike, domain: Domain, sampler: Sampler, s
                                    max_context_tokens=config.max_context_tokens, settings=settings)
 
 
+class SearchStage:
+    """One search stage (the re-scoring at its weights version, then `config.iterations`
+    proposer iterations), taken a step at a time: `run_search_stage` steps it to its end, the
+    driver's harness phase (whalekit.search_phase) steps a one-iteration stage per driver
+    step. Its progress is recorded in the archive under (`step`, `weights_version`) after
+    every change, so a stage made again on the reopened archive resumes where a kill left it.
+
+        stage = SearchStage(domain, archive, proposer, sampler, splits.search, budget, config, 0, seed=0)
+        while stage.step(): ...
+    """
+
+    def __init__(self, domain: Domain, archive: Archive, proposer: ProposerLike, sampler: Sampler,
+                 search_tasks: list[Task], budget: RolloutBudget, config: SearchConfig, weights_version: int,
+                 seed: int, step: int = 0, settings: RolloutSettings | None = None):
+        if not search_tasks:
+            raise ValueError("run_search_stage needs at least one search task")
+        archive.seed_id()  # clear error when the archive was not seeded
+        self.domain, self.archive, self.proposer, self.sampler = domain, archive, proposer, sampler
+        self.tasks, self.budget, self.config, self.weights_version = search_tasks, budget, config, weights_version
+        self.seed, self.number, self.settings = seed, step, settings
+        self.key = _stage_key(step, weights_version)
+        # iterations_done, rescored, rollouts; candidates_evaluated (proposer candidates, the
+        # re-scored harnesses not counted) and `stopped` ("budget", "early_stop") as they happen
+        self.progress: dict[str, Any] = archive.stage_progress(self.key) or {"iterations_done": 0, "rescored": False,
+                                                                             "rollouts": 0}
+        self.probe = search_tasks[0].view()
+        self._armed = False  # the proposer got its prototyping tool and dry run
+
+    def over(self) -> bool:
+        """It stopped early, or its re-scoring and iterations are done (a budget stop is not
+        final: a stage made again later, with budget, goes on)."""
+        return self.progress.get("stopped") == "early_stop" or (
+            self.progress["rescored"] and self.progress["iterations_done"] >= self.config.iterations)
+
+    def accepted(self) -> str:
+        """The accepted harness at the stage's weights version: the archive's best."""
+        return self.archive.accepted(self.weights_version)
+
+    def step(self, on_iteration: Callable[[dict[str, Any]], None] | None = None) -> bool:
+        """The stage's next step: the re-scoring that opens it (at the first step), then its
+        next proposer iteration. True when another step follows; False when the stage is over
+        or the budget could not cover an evaluation (its progress then says "budget").
+
+        Candidates that fail validation or crash are recorded and the stage goes on; a
+        `ProposerError` (no API key, endpoint down after retries) propagates, since the stage
+        cannot continue without its proposer."""
+        if self.over():
+            return False
+        if not self._armed:
+            self._arm()
+        try:
+            if not self.progress["rescored"]:
+                self._evaluate(_to_rescore(self.archive, self.weights_version, self.config.rescore_top), 0)
+                self.progress["rescored"] = True
+                self.archive.set_stage_progress(self.key, self.progress)
+            if self.progress["iterations_done"] < self.config.iterations:
+                self._iteration(self.progress["iterations_done"], on_iteration)
+        except _OutOfBudget:
+            self.progress["stopped"] = "budget"
+            self.archive.set_stage_progress(self.key, self.progress)
+            return False
+        return not self.over()
+
+    def _arm(self) -> None:
+        """Before the stage's first step in this process: the proposer's prototyping tool, and
+        for a proposer that repairs its own candidates, the dry run's verdict."""
+        _give_prototyper(self.proposer, self.domain, self.sampler, self.tasks, self.budget, self.archive, self.config,
+                         self.weights_version, self.seed, self.settings)
+        target = getattr(self.proposer, "inner", self.proposer)
+        if hasattr(target, "dry_run"):
+            probe, config = self.probe, self.config
+            target.dry_run = lambda source: validate_candidate(source, probe, config.limits())
+        self._armed = True
+
+    def _evaluate(self, ids: list[str], call: int) -> None:
+        """Evaluate what the budget covers of `ids`; _OutOfBudget when it covers not all."""
+        n_tasks = len(self.tasks)
+        affordable = ids[:self.budget.remaining // n_tasks]
+        with phase("sample"):
+            evaluate_candidates(self.domain, self.archive, affordable, self.sampler, self.tasks, self.budget,
+                                self.config, self.weights_version, self.seed, self.number * 1000 + call, self.settings)
+        self.progress["rollouts"] += len(affordable) * n_tasks
+        if len(affordable) < len(ids):
+            if call:  # a proposer iteration's candidates (call 0 re-scores the incoming harness)
+                self.progress["candidates_evaluated"] = self.progress.get("candidates_evaluated", 0) + len(affordable)
+            raise _OutOfBudget()
+
+    def _iteration(self, iteration: int, on_iteration: Callable[[dict[str, Any]], None] | None) -> None:
+        """Proposer iteration `iteration`: propose, validate, evaluate the valid candidates."""
+        archive, progress, config, version = self.archive, self.progress, self.config, self.weights_version
+        started = time.perf_counter()
+        pending = archive.unevaluated(version)  # proposals stored before a kill
+        # A kill after this iteration's evaluations were recorded but before it was
+        # marked done: proposing again would spend rollouts an uninterrupted run never did.
+        evaluated_before_kill = progress.get("evaluating") == iteration
+        proposed = invalid = 0
+        if not pending and not evaluated_before_kill:
+            if not self.budget.can_afford(len(self.tasks)):
+                raise _OutOfBudget()
+            with phase("propose"):  # an LLM proposer's prototyping rollouts included
+                for candidate in self.proposer.propose(archive, config.candidates_per_iteration, self.budget):
+                    if candidate.source and archive.add(candidate.source, candidate.parent_ids, candidate.hypothesis,
+                                                        candidate.change_summary, self.proposer.name, iteration) \
+                            in archive.unevaluated(version):
+                        proposed += 1
+            pending = archive.unevaluated(version)
+        valid = []
+        for cid in pending:
+            problem = validate_candidate(archive.source(cid), self.probe, config.limits())
+            if problem:
+                archive.mark_invalid(cid, problem)
+                invalid += 1
+            else:
+                valid.append(cid)
+        if not evaluated_before_kill:
+            progress["evaluating_ids"] = valid  # this iteration's candidates, kept across a kill
+        progress["evaluating"] = iteration
+        archive.set_stage_progress(self.key, progress)
+        self._evaluate(valid, iteration + 1)
+        candidates = list(progress.get("evaluating_ids", valid))
+        progress["iterations_done"] = iteration + 1
+        progress["candidates_evaluated"] = progress.get("candidates_evaluated", 0) + len(candidates)
+        threshold = config.early_stop_success_rate
+        if threshold and any((archive.entry(cid).score(version) or 0.0) >= threshold for cid in candidates):
+            progress["stopped"] = "early_stop"
+        archive.set_stage_progress(self.key, progress)
+        if on_iteration:
+            board = archive.leaderboard(version)
+            on_iteration({"iteration": iteration, "step": self.number, "weights_version": version,
+                          "candidates_proposed": proposed, "candidates_invalid": invalid,
+                          "candidates_evaluated": len(valid), "best_score": board[0][1] if board else None,
+                          "accepted_id": archive.accepted(version), "rollouts_spent": progress["rollouts"],
+                          "budget_spent": self.budget.spent, "wall_s": time.perf_counter() - started})
+
+
 def run_search_stage(domain: Domain, archive: Archive, proposer: ProposerLike, sampler: Sampler,
                      search_tasks: list[Task], budget: RolloutBudget, config: SearchConfig, weights_version: int,
                      seed: int, step: int = 0, on_iteration: Callable[[dict[str, Any]], None] | None = None,
                      settings: RolloutSettings | None = None) -> str:
-    """Run (or resume) one search stage; return the accepted harness id at `weights_version`.
-    `settings`: the run's generation limits and rollout backend, for every rollout it makes.
-
-    Candidates that fail validation or crash are recorded and the stage goes on; a
-    `ProposerError` (no API key, endpoint down after retries) propagates, since the stage
-    cannot continue without its proposer. Running out of budget ends the stage cleanly."""
-    if not search_tasks:
-        raise ValueError("run_search_stage needs at least one search task")
-    archive.seed_id()  # clear error when the archive was not seeded
-    key = _stage_key(step, weights_version)
-    progress = archive.stage_progress(key) or {"iterations_done": 0, "rescored": False, "rollouts": 0}
-    if progress.get("stopped") == "early_stop":  # a resumed stage that had already stopped
-        return archive.accepted(weights_version)
-    n_tasks = len(search_tasks)
-    probe = search_tasks[0].view()
-    _give_prototyper(proposer, domain, sampler, search_tasks, budget, archive, config, weights_version, seed,
-                     settings)
-    target = getattr(proposer, "inner", proposer)
-    if hasattr(target, "dry_run"):  # a proposer that repairs its own candidates hears the dry run's verdict
-        target.dry_run = lambda source: validate_candidate(source, probe, config.limits())
-
-    def evaluate(ids: list[str], call: int) -> None:
-        affordable = ids[:budget.remaining // n_tasks]
-        with phase("sample"):
-            evaluate_candidates(domain, archive, affordable, sampler, search_tasks, budget, config, weights_version,
-                                seed, step * 1000 + call, settings)
-        progress["rollouts"] += len(affordable) * n_tasks
-        if len(affordable) < len(ids):
-            if call:  # a proposer iteration's candidates (call 0 re-scores the incoming harness)
-                progress["candidates_evaluated"] = progress.get("candidates_evaluated", 0) + len(affordable)
-            raise _OutOfBudget()
-
-    try:
-        if not progress["rescored"]:
-            evaluate(_to_rescore(archive, weights_version, config.rescore_top), 0)
-            progress["rescored"] = True
-            archive.set_stage_progress(key, progress)
-        for iteration in range(progress["iterations_done"], config.iterations):
-            started = time.perf_counter()
-            pending = archive.unevaluated(weights_version)  # proposals stored before a kill
-            # A kill after this iteration's evaluations were recorded but before it was
-            # marked done: proposing again would spend rollouts an uninterrupted run never did.
-            evaluated_before_kill = progress.get("evaluating") == iteration
-            proposed = invalid = 0
-            if not pending and not evaluated_before_kill:
-                if not budget.can_afford(n_tasks):
-                    raise _OutOfBudget()
-                with phase("propose"):  # an LLM proposer's prototyping rollouts included
-                    for candidate in proposer.propose(archive, config.candidates_per_iteration, budget):
-                        if candidate.source and archive.add(candidate.source, candidate.parent_ids,
-                                                            candidate.hypothesis, candidate.change_summary,
-                                                            proposer.name, iteration) \
-                                in archive.unevaluated(weights_version):
-                            proposed += 1
-                pending = archive.unevaluated(weights_version)
-            valid = []
-            for cid in pending:
-                problem = validate_candidate(archive.source(cid), probe, config.limits())
-                if problem:
-                    archive.mark_invalid(cid, problem)
-                    invalid += 1
-                else:
-                    valid.append(cid)
-            if not evaluated_before_kill:
-                progress["evaluating_ids"] = valid  # this iteration's candidates, kept across a kill
-            progress["evaluating"] = iteration
-            archive.set_stage_progress(key, progress)
-            evaluate(valid, iteration + 1)
-            candidates = list(progress.get("evaluating_ids", valid))
-            progress["iterations_done"] = iteration + 1
-            progress["candidates_evaluated"] = progress.get("candidates_evaluated", 0) + len(candidates)
-            threshold = config.early_stop_success_rate
-            if threshold and any((archive.entry(cid).score(weights_version) or 0.0) >= threshold
-                                 for cid in candidates):
-                progress["stopped"] = "early_stop"
-            archive.set_stage_progress(key, progress)
-            if on_iteration:
-                board = archive.leaderboard(weights_version)
-                on_iteration({"iteration": iteration, "step": step, "weights_version": weights_version,
-                              "candidates_proposed": proposed, "candidates_invalid": invalid,
-                              "candidates_evaluated": len(valid), "best_score": board[0][1] if board else None,
-                              "accepted_id": archive.accepted(weights_version), "rollouts_spent": progress["rollouts"],
-                              "budget_spent": budget.spent, "wall_s": time.perf_counter() - started})
-            if progress.get("stopped") == "early_stop":
-                break
-    except _OutOfBudget:
-        progress["stopped"] = "budget"
-        archive.set_stage_progress(key, progress)
-    return archive.accepted(weights_version)
+    """Run (or resume) one search stage, its `SearchStage` stepped to the end; return the
+    accepted harness id at `weights_version`. `settings`: the run's generation limits and
+    rollout backend, for every rollout it makes. Running out of budget ends the stage cleanly."""
+    stage = SearchStage(domain, archive, proposer, sampler, search_tasks, budget, config, weights_version, seed, step,
+                        settings)
+    while stage.step(on_iteration):
+        pass
+    return stage.accepted()
 
 
 def _stage_key(step: int, weights_version: int) -> str:
     return f"step{step}-w{weights_version}"
-
-
-def stage_outcome(archive: Archive, step: int, weights_version: int) -> dict[str, Any]:
-    """What the `run_search_stage` call at (`step`, `weights_version`) recorded: iterations_done,
-    candidates_evaluated (proposer candidates, the re-scored harnesses not counted), rollouts,
-    and `stopped` ("budget" or "early_stop") when it ended before its iterations."""
-    return archive.stage_progress(_stage_key(step, weights_version))
 
 
 class _OutOfBudget(Exception):

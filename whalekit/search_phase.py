@@ -1,7 +1,7 @@
 """The harness phase as the driver steps it: one Meta-Harness search iteration per step
-(whalekit.search's `run_search_stage` with one iteration), on the archive of the running
-harness phase, with a proposer made for the step, its outcome as the `search_iteration`
-event.
+(one step of a one-iteration whalekit.search `SearchStage`, the step `run_search_stage`
+repeats), on the archive of the running harness phase, with a proposer made for the step,
+its outcome as the `search_iteration` event.
 
     phase = SearchPhase(parts)                 # parts: whalekit.run_parts.RunParts
     record = phase.step(state, stage)          # StepRecord("search_iteration", ...), or None
@@ -24,7 +24,7 @@ from whalekit.run_parts import RunParts
 from whalekit.run_state import RunState
 from whalekit.schedules import Stage
 from whalekit.seams import ProposerLike, StepRecord
-from whalekit.search import run_search_stage, stage_outcome
+from whalekit.search import SearchStage
 
 
 class SearchPhase:
@@ -54,12 +54,16 @@ class SearchPhase:
         archive = self.open_archive(state)
         self.reconcile(state)
         spent_before = self.budget.spent
+        # A one-iteration stage per driver step: one step of it re-scores (at a new weights
+        # version) and runs its iteration, or finishes what a killed attempt at this step left.
         one = dataclasses.replace(self.config, iterations=1)
-        accepted = run_search_stage(parts.domain, archive, self.proposer(archive, state.step), self.sampler,
-                                    parts.splits.search, self.budget, one, weights_version=self.sampler.version,
-                                    seed=parts.config.seed, step=state.step, settings=parts.settings)
+        search = SearchStage(parts.domain, archive, self.proposer(archive, state.step), self.sampler,
+                             parts.splits.search, self.budget, one, weights_version=self.sampler.version,
+                             seed=parts.config.seed, step=state.step, settings=parts.settings)
+        search.step()
+        accepted = search.accepted()
         state.search_rollouts += self.budget.spent - spent_before  # evaluations and prototype runs alike
-        outcome = stage_outcome(archive, state.step, self.sampler.version)
+        outcome = search.progress
         completed = outcome.get("iterations_done", 0) >= 1
         if not completed and state.search_rollouts == before:
             return None  # the budget could not cover the iteration

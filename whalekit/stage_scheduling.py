@@ -1,9 +1,9 @@
 """How a run's stages are chosen and closed: the next stage from the method's schedule (or,
 in weight_steps mode, the stagewise methods' two budgets), when the running one is done
-(its epochs or iterations, or the adaptive rule on its training-side signal), and the
-bookkeeping of closing it.
+(its epochs or iterations, or the adaptive rule on its training-side signal), and what
+closing it reports. The rules read the run state; the driver writes it.
 
-    scheduler = StageScheduler(config, schedule, accounting, n_train=len(splits.train))
+    scheduler = StageScheduler(config, schedule, accounting, n_train=len(splits.train), weight=rsft_phase)
     stage = scheduler.next_stage(state)               # Stage("weight", epochs=0.6) ...
 
 Only training-side signals reach these decisions (the per-batch training reward, the best
@@ -19,16 +19,19 @@ from whalekit.config import RunConfig
 from whalekit.methods import method
 from whalekit.run_state import RunState
 from whalekit.schedules import Schedule, Stage, StageRecord, should_switch, window_means
+from whalekit.seams import WeightPhase
 
 
 class StageScheduler:
     """The stage rules of one run."""
 
-    def __init__(self, config: RunConfig, schedule: Schedule, accounting: BudgetAccounting, n_train: int):
+    def __init__(self, config: RunConfig, schedule: Schedule, accounting: BudgetAccounting, n_train: int,
+                 weight: WeightPhase | None = None):
         self.config = config
         self.schedule = schedule
         self.accounting = accounting
         self.n_train = n_train  # weight-training problems: an epoch's size
+        self.weight = weight  # the run's weight phase (None: a method without weight stages)
 
     def next_stage(self, state: RunState) -> Stage:
         """The stage to run after those in `state.history`."""
@@ -55,8 +58,8 @@ class StageScheduler:
                                      cfg.max_search_iterations)
             # Weight stages: the per-batch training reward, averaged over a sliding window
             # of this stage's batches (the authors' phase-local window).
-            batches = lambda epochs: cfg.weight_batches(epochs, self.n_train,  # noqa: E731
-                                                        self.config.rsft.batch_problems)
+            assert self.weight is not None, "a weight stage without a weight phase"
+            batches = self.weight.epoch_steps
             signals = window_means(state.stage_signals, batches(cfg.weight_window_epochs))
             return should_switch(signals, batches(cfg.min_weight_epochs), batches(cfg.weight_patience_epochs),
                                  batches(cfg.max_weight_epochs))
@@ -64,13 +67,11 @@ class StageScheduler:
             return state.stage_problems >= round(stage.epochs * self.n_train)
         return state.stage_steps >= stage.iterations
 
-    def close(self, state: RunState, stage: Stage, rollouts: int, budget_exhausted: bool = False) -> dict[str, Any]:
-        """Record the running stage as finished at `rollouts` spent (history, stall count) and
-        return the fields of its `stage_end` event beyond kind, index and rollouts."""
-        stage_rollouts = rollouts - state.stage_rollouts_start
-        state.history.append({"kind": stage.kind, "rollouts": stage_rollouts, "steps": state.stage_steps})
+    def stage_end(self, state: RunState, stage: Stage, budget_exhausted: bool = False) -> dict[str, Any]:
+        """The fields of the `stage_end` event, beyond kind, index and rollouts, of the stage
+        `state` has just recorded as finished (`RunState.end_stage`)."""
+        closed = state.history[-1]
         productive = state.stage_steps - state.stage_empty_steps
-        state.stalled = 0 if productive else state.stalled + 1
         extra: dict[str, Any] = {}
         if stage.kind == "harness":  # a phase whose every iteration was empty says so
             extra = {"empty_steps": state.stage_empty_steps,
@@ -79,4 +80,4 @@ class StageScheduler:
                 extra["stopped"] = state.stage_stop
         if budget_exhausted:
             extra["budget_exhausted"] = True
-        return {"steps": state.stage_steps, "stage_rollouts": stage_rollouts, **extra}
+        return {"steps": closed["steps"], "stage_rollouts": closed["rollouts"], **extra}

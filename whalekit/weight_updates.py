@@ -1,7 +1,7 @@
 """Weight updates by name: a method row's `weight_update` -> the factory of the weight phase
 the driver steps. One table, like the proposers' (whalekit.proposers.registry): a new
-weight update (GRPO, DPO, ...) is one module with a class that fits `seams.Phase` (kind
-"weight") plus one line here, and a method row that names it (README, "Extending").
+weight update (GRPO, DPO, ...) is one module with a class that fits `seams.WeightPhase`
+(kind "weight") plus one line here, and a method row that names it (README, "Extending").
 
     phase = make_weight_update("rsft", parts)      # parts: whalekit.run_parts.RunParts
     sorted(WEIGHT_UPDATES)                         # ['rsft']
@@ -13,14 +13,14 @@ from collections.abc import Callable
 
 from whalekit.rsft_phase import RSFTPhase
 from whalekit.run_parts import RunParts
-from whalekit.seams import Phase
+from whalekit.seams import WeightPhase
 
-WEIGHT_UPDATES: dict[str, Callable[[RunParts], Phase]] = {
+WEIGHT_UPDATES: dict[str, Callable[[RunParts], WeightPhase]] = {
     "rsft": RSFTPhase,  # online rejection-sampling fine-tuning: the paper's weight phase
 }
 
 
-def make_weight_update(name: str, parts: RunParts) -> Phase:
+def make_weight_update(name: str, parts: RunParts) -> WeightPhase:
     """The weight phase called `name` (see WEIGHT_UPDATES), built from the run's parts."""
     if name not in WEIGHT_UPDATES:
         raise ValueError(f"unknown weight update {name!r}; known: {', '.join(WEIGHT_UPDATES)}")

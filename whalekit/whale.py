@@ -2,10 +2,11 @@
 evaluation, while the budget has room, take the stage the schedule gives, step its phase
 (`seams.Phase`: an RSFT batch, a search iteration), log the step, close the stage when it
 is finished and evaluate what changed, commit; finally evaluate the last agent. A killed
-run resumes from its run directory. The phases (whalekit.rsft_phase, search_phase; which
-ones: the method's row), the stage rules (stage_scheduling) and the budget's
-(budget_accounting) live beside it. Test tasks only reach `evaluate_test`, which charges
-nothing and writes nowhere a phase or the schedule reads.
+run resumes from its run directory. The phases (rsft_phase, search_phase; which: the
+method's row), the stage rules (stage_scheduling) and the budget's (budget_accounting) live
+beside it; they report, and the driver writes the run state (a phase's step records its own
+step). Test tasks only reach `evaluate_test`, which charges nothing and writes nowhere a
+phase or the schedule reads.
 
     config = resolve_config("smoke", domain="toy", method="whale", schedule="0.6,6")
     run = run_method(config)          # -> RunDir; run.events("test_eval")
@@ -35,10 +36,8 @@ from whalekit.timing import PhaseClock, recording, timed_log
 from whalekit.tracking import attach, export_run
 from whalekit.weight_updates import make_weight_update
 
-__all__ = [  # the configuration and evaluation names are re-exported: callers import them from here
-    "RunConfig", "StaleRunError", "check_not_stale", "config_changes", "evaluate_test", "mean_at_k", "per_turn_limit",
-    "resolve_config", "run_method",
-]
+__all__ = ["RunConfig", "StaleRunError", "check_not_stale", "config_changes", "evaluate_test", "mean_at_k",
+           "per_turn_limit", "resolve_config", "run_method"]  # the config and evaluation names: re-exported
 
 
 class _Driver:
@@ -56,16 +55,14 @@ class _Driver:
         self.sampler = parts.policy.sampler
         self.run.log = timed_log(self.run, self.clock, self.sampler)  # type: ignore[method-assign]
         row = method(config.method)  # which phases: the method's row
-        self.phases: dict[str, Phase] = {}
-        if row.trains_weights:
-            self.phases["weight"] = make_weight_update(row.weight_update, parts)
-        if row.searches:
-            self.phases["harness"] = SearchPhase(parts)
+        weight = make_weight_update(row.weight_update, parts) if row.trains_weights else None
+        search = SearchPhase(parts) if row.searches else None
+        self.phases: dict[str, Phase] = {phase.kind: phase for phase in (weight, search) if phase is not None}
         epochs, iterations = config.schedule
         schedule = Schedule(config.method, epochs, config.search.proposer_iterations(iterations),
                             config.stagewise_split, config.adaptive)
         self.accounting = BudgetAccounting(config, self.budget, self.phases)
-        self.stages = StageScheduler(config, schedule, self.accounting, n_train=len(parts.splits.train))
+        self.stages = StageScheduler(config, schedule, self.accounting, len(parts.splits.train), weight)
         self.evaluator = Evaluator(config, self.run, parts.domain, parts.splits.test, self.sampler,
                                    self.harnesses.seed_id, shares_initial_eval, parts.settings)
         self.splits = parts.splits
@@ -147,9 +144,9 @@ class _Driver:
     def end_stage(self, state: RunState, stage: Stage, budget_exhausted: bool = False) -> None:
         """Close the running stage: history, stall count, `stage_end`, and a test evaluation
         when it changed something (a step that was not an empty search iteration)."""
-        fields = self.stages.close(state, stage, self.budget.spent, budget_exhausted)
-        self.run.log("stage_end", kind=stage.kind, stage=len(state.history) - 1, rollouts=self.budget.spent,
-                     **fields)
+        state.end_stage(stage.kind, self.budget.spent)  # history and stall count
+        fields = self.stages.stage_end(state, stage, budget_exhausted)
+        self.run.log("stage_end", kind=stage.kind, stage=len(state.history) - 1, rollouts=self.budget.spent, **fields)
         done, total, unit = self.accounting.work_done(state)  # the stage line: ETA at this process's rate
         report(stage_line(stage.kind, len(state.history) - 1, done, total, self.phases[stage.kind].stage_signal(state),
                           time.monotonic() - self._resumed_at[1], self._resumed_at[0], unit=unit))
@@ -169,6 +166,7 @@ class _Driver:
     def evaluate(self, state: RunState, reason: str) -> None:
         """A test evaluation of the current weights and accepted harness (whalekit.evaluation)."""
         self.evaluator.evaluate(state, reason, self.harnesses.runtime, self.budget.spent)
+        state.evaluations += 1
         release_freed_memory()  # the evaluation's trajectories and sampler buffers: freed heap goes back
 
     def commit(self, state: RunState) -> None:
