@@ -55,8 +55,10 @@ def rows(records: Sequence[dict[str, Any]], domain: str, iterations: int) -> lis
             group[record["proposer"]].append(record)
     if not group:
         return []
-    any_proposer = next(iter(group.values()))
-    group[NO_SEARCH] = [dict(r, proposer=NO_SEARCH) for r in any_proposer]  # h0: every run's initial evaluation
+    # h0: the initial test evaluation of the baseline's own runs (else the most-seeded proposer's), so
+    # "vs reflective" compares the two ends of the same run, seed by seed
+    start = group.get(BASELINE) or max(group.values(), key=len)
+    group[NO_SEARCH] = [dict(r, proposer=NO_SEARCH) for r in start]
     out = []
     for proposer in [p for p in ORDER if p in group] + sorted(set(group) - set(ORDER)):
         runs = sorted(group[proposer], key=lambda r: int(r["seed"]))
