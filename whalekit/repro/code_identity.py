@@ -151,9 +151,10 @@ class RunCode:
         what a run executes: a proof made before an edit to reporting still holds after it). A
         proof counts only while the modules a run executes are exactly the ones proven."""
         found: set[str] = set()
-        for entry in ledger.values():
-            if dict(entry["modules"]) != dict(self.modules):
+        for proof in ledger.values():
+            if dict(proof["modules"]) != dict(self.modules):
                 continue
+            entry: Mapping[str, Any] | None = proof
             while entry is not None and entry.get("equivalent_to") and entry["equivalent_to"] not in found:
                 found.add(entry["equivalent_to"])
                 entry = ledger.get(entry["equivalent_to"])
