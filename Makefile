@@ -73,8 +73,8 @@ lab: install
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
 
 reproduce: install
-	$(PY) -m whalekit.reproduce --preset $(PRESET) $(if $(MAX_HOURS),--max-hours $(MAX_HOURS))
+	$(PY) -m whalekit.repro.reproduce --preset $(PRESET) $(if $(MAX_HOURS),--max-hours $(MAX_HOURS))
 
 # every figure and table of the preset from the committed records in results/ (seconds; runs/ when there are none)
 figures: install
-	$(PY) -m whalekit.figures --preset $(PRESET)
+	$(PY) -m whalekit.report.figures --preset $(PRESET)

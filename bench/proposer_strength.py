@@ -11,7 +11,7 @@ initial evaluation). Each run is a real `whalekit run` (harness_only, `--set pro
 `--set budget.rollouts=...`), in its own process under the caller's CPU lock; its summary is
 written to `results/proposers/<domain>/<proposer>-i<I>-s<seed>.json` as it finishes, so the
 benchmark resumes where it stopped (`--max-hours` ends it at a run boundary) and
-`python -m whalekit.proposer_table` turns the records into `docs/proposers.md`.
+`python -m whalekit.report.proposer_table` turns the records into `docs/proposers.md`.
 
     .venv/bin/python bench/proposer_strength.py --lock /tmp/whalekit-cpu.lock --domains math \
         --proposers reflective local random-catalogue --seeds 0 1 2 --max-hours 2
@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.archive import Archive, archive_folders
-from whalekit.code_identity import RunCode
 from whalekit.cpu_info import cpu_kind
 from whalekit.domains.base import get_domain
 from whalekit.proposers.ledger import Ledger
 from whalekit.proposers.novelty import novel_statements
 from whalekit.provenance import git_commit
-from whalekit.run_summaries import load_run
+from whalekit.report.run_summaries import load_run
+from whalekit.repro.code_identity import RunCode
 from whalekit.runs import RunDir
 
 PROPOSERS = ("reflective", "local", "random-catalogue")

@@ -1,4 +1,4 @@
-"""A record is re-made only when code that a run executes changes (whalekit.code_identity):
+"""A record is re-made only when code that a run executes changes (whalekit.repro.code_identity):
 reporting and reproduction lie outside a run's import closure, so editing them keeps every
 record valid, while editing the loss, the engine or a domain does not."""
 
@@ -10,13 +10,11 @@ import subprocess
 
 import pytest
 
-from whalekit.code_identity import RunCode, ledger_entries, run_closure
 from whalekit.provenance import PACKAGE_DIR, source_sha256
+from whalekit.repro.code_identity import RunCode, ledger_entries, run_closure
 
 ROOT = PACKAGE_DIR.parent
-REPORTING = ("verdicts", "plots", "behaviour_plots", "plot_style", "tables", "stats", "figures", "widgets", "viewer",
-             "run_summaries", "reproduce", "reproduce_plan", "notebook_runner", "run_set", "results", "cli",
-             "code_identity")
+FRONT_ENDS = ("cli", "cli_config", "cli_harness", "calibration")  # and every module in report/ and repro/
 COMPUTING = ("whale", "rsft", "rsft_loss", "engine", "episode", "search", "evaluation", "samplers/vllm",
              "domains/chess/verifier", "proposers/reflective", "harness_worker", "sandbox")
 
@@ -30,7 +28,10 @@ def test_a_run_executes_the_driver_and_its_parts_but_no_reporting_or_reproductio
     closure = set(_closure())
     missing = [m for m in COMPUTING if f"whalekit/{m}.py" not in closure]
     assert not missing, f"modules a run executes are outside its closure: {missing}"
-    reached = [m for m in REPORTING if f"whalekit/{m}.py" in closure]
+    above = [p.relative_to(ROOT).as_posix() for folder in ("report", "repro")
+             for p in (PACKAGE_DIR / folder).rglob("*.py")]
+    assert len(above) > 20
+    reached = [m for m in [*above, *(f"whalekit/{m}.py" for m in FRONT_ENDS)] if m in closure]
     assert not reached, f"a run imports reporting code, so editing it would re-make every record: {reached}"
 
 
@@ -44,8 +45,9 @@ def package_copy(tmp_path):
     return tmp_path / "whalekit"
 
 
-@pytest.mark.parametrize("edited", ["verdicts.py", "plots.py", "stats.py", "run_set.py"])
+@pytest.mark.parametrize("edited", ["report/verdicts.py", "report/plots.py", "report/stats.py", "repro/run_set.py"])
 def test_an_edit_to_reporting_code_leaves_every_record_valid(package_copy, edited):
+    assert (package_copy / edited).exists()
     made_by = RunCode.of_package(package_copy)
     ledger = {made_by.source_sha256: {"modules": made_by.modules}}
     with (package_copy / edited).open("a") as file:
@@ -100,8 +102,22 @@ def test_code_proven_to_give_the_same_events_keeps_the_old_records_valid_while_i
     assert later.changes_since({"source_sha256": made_by.source_sha256}, ledger), "a proof holds for its code only"
 
 
+def test_a_proof_of_equivalence_survives_an_edit_to_reporting_code(package_copy):
+    made_by = RunCode.of_package(package_copy)
+    with (package_copy / "rsft.py").open("a") as file:
+        file.write("\nNEW_OPTION_DEFAULT = None\n")
+    proven = RunCode.of_package(package_copy)
+    ledger = {made_by.source_sha256: {"modules": made_by.modules},
+              proven.source_sha256: {"modules": dict(proven.modules), "equivalent_to": made_by.source_sha256}}
+    with (package_copy / "report" / "tables.py").open("a") as file:  # moving or editing reporting code
+        file.write("\n# an analysis edit\n")
+    now = RunCode.of_package(package_copy)
+    assert now.source_sha256 not in ledger and now.modules == proven.modules
+    assert now.changes_since({"source_sha256": made_by.source_sha256}, ledger) == []
+
+
 def test_time_fields_alone_do_not_make_two_runs_different():
-    from whalekit.code_equivalence import first_difference, timeless
+    from whalekit.repro.code_equivalence import first_difference, timeless
 
     a = [{"event": "rsft_batch", "loss": 0.5, "timing": {"train": 1.0}, "wall_s": 3.0, "sync_seconds": 0.1}]
     b = [{"event": "rsft_batch", "loss": 0.5, "timing": {"train": 9.0}, "wall_s": 7.0, "sync_seconds": 0.2}]

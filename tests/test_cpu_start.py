@@ -14,7 +14,7 @@ from whalekit.calibration import code_hash
 from whalekit.domains.base import get_domain
 from whalekit.episode import load_harness
 from whalekit.mechanisms import Composition, apply_mechanism, compose, composed_source
-from whalekit.stats import acceptance_power
+from whalekit.report.stats import acceptance_power
 from whalekit.types import ToolResult
 from whalekit.whale import resolve_config
 

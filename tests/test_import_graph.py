@@ -31,23 +31,38 @@ HEAVY = frozenset({
 })
 
 # Lower layers never import higher ones (in a function or not): the contract knows nothing
-# of the parts, the parts nothing of the driver, the driver nothing of the front ends. The map
-# is the README's list (its architecture section), read here so the two cannot disagree.
+# of the parts, the parts nothing of the driver, the driver nothing of the records, reporting,
+# reproduction or front ends. The map is the README's list (its architecture section), read
+# here so the two cannot disagree; the layers whose label starts with "core" are what a run
+# executes, and the folders show the line: the core is never inside `report/` or `repro/`.
 README = PACKAGE.parent / "README.md"
 MAP_START, MAP_END = "<!-- layer map: tests/test_import_graph.py reads this list -->", "<!-- end of the layer map -->"
+MAP_LINE = r"^(\d+)\. \*\*([^*]*)\*\*[^:]*: (.*)$"  # 3. **core, driver and phases**: `config`, `whale`, ...
+ABOVE_THE_CORE = ("whalekit.report", "whalekit.repro")  # the folders of the layers above the core
+
+
+def _map_lines(text: str) -> list[tuple[str, str, str]]:
+    """(number, label, names) per line of the numbered list between the README's two markers."""
+    block = text.split(MAP_START, 1)[1].split(MAP_END, 1)[0]
+    return re.findall(MAP_LINE, block, flags=re.MULTILINE)
 
 
 def read_layer_map(text: str) -> dict[str, int]:
     """`whalekit.<module>` -> layer, from the numbered list between the README's two markers."""
-    block = text.split(MAP_START, 1)[1].split(MAP_END, 1)[0]
     layers: dict[str, int] = {}
-    for number, names in re.findall(r"^(\d+)\. [^:]*: (.*)$", block, flags=re.MULTILINE):
+    for number, _, names in _map_lines(text):
         for name in re.findall(r"`([\w.]+)`", names):
             layers[name if name == "whalekit" else f"whalekit.{name}"] = int(number)
     return layers
 
 
+def read_core_layers(text: str) -> set[int]:
+    """The layers the map labels "core, ...": the code a run executes."""
+    return {int(number) for number, label, _ in _map_lines(text) if label.startswith("core")}
+
+
 LAYERS: dict[str, int] = read_layer_map(README.read_text(encoding="utf-8"))
+CORE_LAYERS: set[int] = read_core_layers(README.read_text(encoding="utf-8"))
 
 # In-function imports that guard no heavy dependency, left by work in flight: none remain.
 # This list only shrinks: an entry whose import is gone fails the test until it is removed here.
@@ -245,7 +260,37 @@ def test_the_readme_map_names_only_modules_that_exist_and_each_once():
     names = re.findall(r"`([\w.]+)`", README.read_text(encoding="utf-8").split(MAP_START, 1)[1].split(MAP_END, 1)[0])
     assert len(names) == len(set(names)) == len(LAYERS) > 50
     assert [m for m in LAYERS if m not in MODULES] == []
-    assert sorted(set(LAYERS.values())) == [0, 1, 2, 3, 4]
+    assert sorted(set(LAYERS.values())) == [0, 1, 2, 3, 4, 5, 6]
+    assert CORE_LAYERS == {0, 1, 2, 3}
+
+
+def test_the_map_reader_reads_layers_labels_and_sub_package_entries():
+    text = f"""{MAP_START}
+0. **core, contract**: `whalekit`, `types`
+1. **records** (`repro/`): `repro.results`
+2. **reproduction**: `repro`
+{MAP_END}"""
+    assert read_layer_map(text) == {"whalekit": 0, "whalekit.types": 0, "whalekit.repro.results": 1,
+                                    "whalekit.repro": 2}
+    assert read_core_layers(text) == {0}
+
+
+def test_the_folders_show_the_layers():
+    """The core (the map's "core" layers) is the top level of whalekit/ and its sub-packages;
+    report/ and repro/ hold only layers above it."""
+    in_core = [m for m in MODULES if layer(m) in CORE_LAYERS]
+    assert [m for m in in_core if m.startswith(ABOVE_THE_CORE)] == []
+    above = [m for m in MODULES if m.startswith(ABOVE_THE_CORE)]
+    assert len(above) > 20 and all((layer(m) or 0) > max(CORE_LAYERS) for m in above)
+
+
+def test_the_core_imports_neither_reporting_nor_reproduction():
+    """Not even for type checking or inside a function: what a run executes never reaches the
+    layers above it, so editing them cannot change a run (and never invalidates a record)."""
+    reaching = [f"{MODULES[i.module].relative_to(PACKAGE.parent)}:{i.line} imports {i.target}"
+                for i in ALL_IMPORTS if layer(i.module) in CORE_LAYERS
+                and ".".join(i.target.split(".")[:2]) in ABOVE_THE_CORE]
+    assert reaching == []
 
 
 def test_no_upward_imports():

@@ -1,7 +1,7 @@
 """A killed run leaves nothing behind (issue 52, item 3): whalekit's children die with their
 parent even when it is SIGKILLed (whalekit.lifetime), shared-memory files of dead processes
 are swept, a notebook job's kernel leaves no process once the job is over
-(whalekit.notebook_runner), and a driver holding a vLLM sampler that is SIGKILLed leaves no
+(whalekit.repro.notebook_runner), and a driver holding a vLLM sampler that is SIGKILLed leaves no
 engine process.
 
 The vLLM test is marked slow (an engine start takes ~20-60 s on CPU) and skips with the
@@ -23,8 +23,8 @@ import psutil
 import pytest
 
 from whalekit import lifetime
-from whalekit.notebook_runner import execute
-from whalekit.reproduce_plan import Job
+from whalekit.repro.notebook_runner import execute
+from whalekit.repro.reproduce_plan import Job
 
 REPO = Path(__file__).resolve().parents[1]
 SHM = Path("/dev/shm")

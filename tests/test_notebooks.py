@@ -9,8 +9,8 @@ import json
 import nbformat
 import pytest
 
-from whalekit import notebook_runner, reproduce_plan
-from whalekit.reproduce_plan import ANALYSIS, DOMAIN_RUN, NOTEBOOK_DIR, NOTEBOOKS, QUICKSTART, TUTORIALS
+from whalekit.repro import notebook_runner, reproduce_plan
+from whalekit.repro.reproduce_plan import ANALYSIS, DOMAIN_RUN, NOTEBOOK_DIR, NOTEBOOKS, QUICKSTART, TUTORIALS
 
 NOTEBOOK_FILES = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 

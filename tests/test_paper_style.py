@@ -6,7 +6,7 @@ from __future__ import annotations
 import matplotlib
 import matplotlib.pyplot as plt
 
-from whalekit import plot_style
+from whalekit.report import plot_style
 
 
 def test_the_interactive_mode_a_backend_turns_on_while_drawing_survives_the_style():

@@ -11,8 +11,8 @@ from matplotlib.colors import to_hex
 from matplotlib.container import BarContainer
 from run_fixtures import trajectory, write_run
 
-from whalekit import behaviour_plots, plot_style, plots, run_summaries, tables
 from whalekit.archive import Archive
+from whalekit.report import behaviour_plots, plot_style, plots, run_summaries, tables
 from whalekit.runs import RunDir
 
 

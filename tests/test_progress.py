@@ -65,7 +65,7 @@ def test_overall_eta_uses_only_executed_jobs_and_ignores_reused_ones():
 
 
 def test_job_costs_are_each_runs_budget_and_nothing_for_analysis_notebooks(tmp_path):
-    from whalekit import reproduce_plan
+    from whalekit.repro import reproduce_plan
 
     jobs = reproduce_plan.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"],
                           methods=["whale", "weight_only"], grid=False)

@@ -4,7 +4,7 @@ per-seed values, paired against the reflective proposer, and h0 as the no-search
 
 from __future__ import annotations
 
-from whalekit.proposer_table import markdown
+from whalekit.report.proposer_table import markdown
 
 
 def _record(proposer: str, seed: int, final: float, valid: int = 2, rejected: int = 0, novel: int = 0):
@@ -42,7 +42,7 @@ def _in(domain: str, record: dict) -> dict:
 
 
 def test_the_local_model_becomes_the_default_only_where_its_seeds_beat_reflective_on_two_domains():
-    from whalekit.proposer_table import decision
+    from whalekit.report.proposer_table import decision
 
     better = [_in(d, _record(p, s, f)) for d in ("chess", "math") for s in range(3)
               for p, f in (("reflective", 0.5 - 0.05 * s), ("local", 0.7 - 0.05 * s))]

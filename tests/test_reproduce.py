@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from run_fixtures import write_run
 
-from whalekit import notebook_runner, reproduce, reproduce_plan
 from whalekit import provenance as prov
 from whalekit.presets import load_preset
+from whalekit.repro import notebook_runner, reproduce, reproduce_plan
 from whalekit.runs import RunDir
 
 

@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from whalekit import reproduce, reproduce_plan
+from whalekit.repro import reproduce, reproduce_plan, results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,9 +48,9 @@ def test_the_command_line_default_follows_the_preset(tmp_path, monkeypatch, caps
     assert reproduce.main(["--preset", "smoke", "--domains", "toy", "--dry-run"]) == 0
     parameters = [json.loads(line[line.index("{"):]) for line in capsys.readouterr().out.splitlines()]
     assert {p["figures"] for p in parameters} == {str((tmp_path / "figures" / "smoke").resolve())}
-    assert reproduce_plan.figures_dir("smoke") == Path("figures/smoke")
-    assert reproduce_plan.figures_dir("cpu") == Path("figures")
-    assert reproduce_plan.figures_dir("/some/where/mine.yaml", "out") == Path("out/mine")
+    assert results.figures_dir("smoke") == Path("figures/smoke")
+    assert results.figures_dir("cpu") == Path("figures")
+    assert results.figures_dir("/some/where/mine.yaml", "out") == Path("out/mine")
 
 
 def test_the_analysis_notebooks_read_the_records_where_the_reproduction_exports_them(tmp_path):

@@ -1,4 +1,4 @@
-"""Committed records (whalekit.results): a finished run exports a small thin run
+"""Committed records (whalekit.repro.results): a finished run exports a small thin run
 directory from which the tables, figures and viewer give what the run directory gives;
 unfinished runs are refused, and figures refuse records made by different code."""
 
@@ -11,10 +11,11 @@ import matplotlib.pyplot as plt
 import pytest
 from run_fixtures import write_run
 
-from whalekit import behaviour_plots, figures, plots, reproduce_plan, results, run_summaries, tables, viewer
 from whalekit.archive import Archive, archive_holding
-from whalekit.code_identity import RunCode
-from whalekit.results import MixedRecordsError, UnfinishedRunError, export_run
+from whalekit.report import behaviour_plots, figures, plots, run_summaries, tables, viewer
+from whalekit.repro import reproduce_plan, results
+from whalekit.repro.code_identity import RunCode
+from whalekit.repro.results import MixedRecordsError, UnfinishedRunError, export_run
 from whalekit.runs import RunDir
 
 # A cpu run: 7 test evaluations of 64 problems x 8 samples. Its record must stay small enough to

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from run_fixtures import write_run
 
-from whalekit import notebook_runner, reproduce, reproduce_plan
 from whalekit import provenance as prov
-from whalekit.code_identity import RunCode, register
-from whalekit.results import record_path
-from whalekit.run_set import LEFT, OTHER_CODE, OTHER_CONFIG, RECORDED, Deadline, Records
+from whalekit.repro import notebook_runner, reproduce, reproduce_plan
+from whalekit.repro.code_identity import RunCode, register
+from whalekit.repro.results import record_path
+from whalekit.repro.run_set import LEFT, OTHER_CODE, OTHER_CONFIG, RECORDED, Deadline, Records
 
 CPU = "Test CPU, AVX2, no native bf16"
 
@@ -43,7 +43,7 @@ def _record(job: reproduce_plan.Job, results: Path, source: str | None = None, c
 
 
 def _copy_export(run_dir: Path, results_root: Path) -> Path:
-    """Stands in for whalekit.results.export_run: the record is the run directory itself."""
+    """Stands in for whalekit.repro.results.export_run: the record is the run directory itself."""
     config = json.loads((Path(run_dir) / "config.json").read_text())
     target = Path(results_root) / config["preset"] / config["domain"] / Path(run_dir).name
     shutil.copytree(run_dir, target, dirs_exist_ok=True)

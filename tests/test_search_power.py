@@ -5,7 +5,7 @@ preset is calibrated for (5-35 %)."""
 import pytest
 
 from whalekit.presets import load_preset
-from whalekit.stats import acceptance_power, problems_for_power
+from whalekit.report.stats import acceptance_power, problems_for_power
 
 
 def test_a_bigger_search_split_accepts_a_real_improvement_more_often():

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from run_fixtures import write_run
 
-from whalekit.run_summaries import load_run
-from whalekit.stage_effects import lever_totals, stage_counts, stage_effects
+from whalekit.report.run_summaries import load_run
+from whalekit.report.stage_effects import lever_totals, stage_counts, stage_effects
 
 
 def test_each_stage_carries_the_change_across_it_and_the_levers_add_up(tmp_path):

@@ -8,7 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from whalekit.stats import PROBLEMS_BASIS, SEEDS_BASIS, bootstrap_mean, paired_difference, seed_interval, t_interval
+from whalekit.report.stats import (
+    PROBLEMS_BASIS,
+    SEEDS_BASIS,
+    bootstrap_mean,
+    paired_difference,
+    seed_interval,
+    t_interval,
+)
 
 
 def _runs(rng, n_seeds, n_problems, p=0.4, seed_sd=0.08):

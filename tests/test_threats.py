@@ -8,8 +8,8 @@ import json
 
 from run_fixtures import write_run
 
-from whalekit.run_summaries import load_run
-from whalekit.threats import (
+from whalekit.report.run_summaries import load_run
+from whalekit.report.threats import (
     INITIAL_DIFFERS,
     MIXED_CPU,
     RESUMED,

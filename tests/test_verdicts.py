@@ -8,8 +8,8 @@ from pathlib import Path
 
 from run_fixtures import write_run
 
-from whalekit import verdicts
-from whalekit.stats import Interval
+from whalekit.report import verdicts
+from whalekit.report.stats import Interval
 
 
 def _runs(root: Path, method: str, final: float, seeds=(0, 1, 2)) -> None:

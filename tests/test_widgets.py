@@ -11,9 +11,9 @@ import dataclasses
 import pytest
 from run_fixtures import trajectory, write_run
 
-from whalekit import viewer, widgets
 from whalekit.archive import Archive
-from whalekit.reproduce_plan import preset_with_runs
+from whalekit.report import viewer, widgets
+from whalekit.repro.reproduce_plan import preset_with_runs
 from whalekit.rsft_loss import training_sequences
 from whalekit.runs import NoRunsError
 from whalekit.types import Turn

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from whalekit.code_equivalence import first_difference, timeless_events
+from whalekit.repro.code_equivalence import first_difference, timeless_events
 
 
 def events(run_dir: Path) -> list[Any]:

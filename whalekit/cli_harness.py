@@ -22,9 +22,9 @@ from whalekit.domains.base import get_domain
 from whalekit.engine import Episode, RolloutConfig, rollout
 from whalekit.isolation import IsolatedHarness, validate_candidate, validate_source
 from whalekit.models import load_policy
+from whalekit.report.widgets import trajectory_html
 from whalekit.sandbox import isolation_mode, set_isolation_mode
 from whalekit.whale import mean_at_k
-from whalekit.widgets import trajectory_html
 
 
 def add_commands(sub: Any, add_config_flags: Callable[..., None]) -> None:

@@ -13,11 +13,11 @@ lie outside it, and `tests/test_code_identity.py` holds that they do.
 A code version is identified by `source_sha256` (what every record's provenance carries);
 the ledger `results/run_code.json` maps each version that made a record to the hash of
 every module in its run closure, written when a record is exported, or after the fact from
-git (`python -m whalekit.code_identity --commit <sha> --results results`). A record counts
+git (`python -m whalekit.repro.code_identity --commit <sha> --results results`). A record counts
 for this checkout when every module of its version's closure is byte-identical here.
 A new module that no old module imports cannot change an old run, so it does not count.
 Code whose modules differ but whose runs were shown to give identical events
-(`whalekit.code_equivalence`, recorded as `equivalent_to` in the ledger) counts as the old.
+(`whalekit.repro.code_equivalence`, recorded as `equivalent_to` in the ledger) counts as the old.
 
     code = RunCode.of_package()
     code.changes_since(record_provenance, ledger_entries(Path("results")))   # [] -> still valid
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE = "whalekit"
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # whalekit/, this module sitting in whalekit/repro/
 # The modules a run starts from: the driver, and the packages whose parts it loads by
 # name (a domain, a proposer, a sampler, a backend) or runs in a sandbox (the worker).
 RUN_ROOTS = ("whalekit.whale", "whalekit.domains", "whalekit.proposers", "whalekit.samplers",
@@ -146,15 +146,18 @@ class RunCode:
 
     def proven_equivalent(self, ledger: Mapping[str, Mapping[str, Any]]) -> set[str]:
         """The versions this code was shown to compute the same events as
-        (`whalekit.code_equivalence`): the `equivalent_to` chain from this code's own entry,
-        which counts only while this code's modules are exactly the ones proven."""
+        (`whalekit.repro.code_equivalence`): the `equivalent_to` chain from every entry whose run
+        closure is exactly this code's (its own, or a version that differs from it only outside
+        what a run executes: a proof made before an edit to reporting still holds after it). A
+        proof counts only while the modules a run executes are exactly the ones proven."""
         found: set[str] = set()
-        entry = ledger.get(self.source_sha256)
-        if entry is None or dict(entry["modules"]) != dict(self.modules):
-            return found
-        while entry is not None and entry.get("equivalent_to") and entry["equivalent_to"] not in found:
-            found.add(entry["equivalent_to"])
-            entry = ledger.get(entry["equivalent_to"])
+        for proof in ledger.values():
+            if dict(proof["modules"]) != dict(self.modules):
+                continue
+            entry: Mapping[str, Any] | None = proof
+            while entry is not None and entry.get("equivalent_to") and entry["equivalent_to"] not in found:
+                found.add(entry["equivalent_to"])
+                entry = ledger.get(entry["equivalent_to"])
         return found
 
 
@@ -171,7 +174,7 @@ def ledger_entries(results_root: Path) -> dict[str, dict[str, Any]]:
     data = json.loads(path.read_text())
     if not isinstance(data, dict) or not all(isinstance(v, dict) and "modules" in v for v in data.values()):
         raise ValueError(f"{path}: not a run-code ledger (source_sha256 -> {{commit, modules}}); "
-                         f"rebuild it with `python -m whalekit.code_identity --commit <sha>`")
+                         f"rebuild it with `python -m whalekit.repro.code_identity --commit <sha>`")
     return data
 
 
@@ -190,7 +193,8 @@ def register(results_root: Path, code: RunCode, commit: str | None) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m whalekit.code_identity", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m whalekit.repro.code_identity",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--commit", help="register the code of this git commit (default: this checkout)")
     parser.add_argument("--results", default="results", help="the records' root, where the ledger lives")
     parser.add_argument("--list", action="store_true", help="print the modules a run executes and exit")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whalekit.run_summaries import RunSummary
+from whalekit.report.run_summaries import RunSummary
 
 RESUME_GAP_S = 600.0  # wall clock beyond the phase clock: the run stood still (killed, resumed later)
 RESUMED, MIXED_CPU, INITIAL_DIFFERS, MINIMUM_BINDS = "†", "‡", "§", "¶"

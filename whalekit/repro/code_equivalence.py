@@ -17,7 +17,7 @@ phase, the reflective proposer). `--cpu-math-rollouts N` adds a cpu-preset math 
 to N rollouts with SmolLM2 and the transformers sampler. Paths none of them take (vLLM, bf16
 autocast on another CPU kind) are not covered; the evidence names what was run.
 
-    python -m whalekit.code_equivalence --against 8e740fb --results results   # under the CPU lock
+    python -m whalekit.repro.code_equivalence --against 8e740fb --results results   # under the CPU lock
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whalekit.code_identity import PACKAGE_DIR, RunCode, ledger_entries, ledger_path, register
+from whalekit.repro.code_identity import PACKAGE_DIR, RunCode, ledger_entries, ledger_path, register
 
 TIME_FIELDS = frozenset({"timing", "wall_s"})
 SMOKE_RUNS = (*(("math", m) for m in ("whale", "weight_only", "harness_only", "fst", "stagewise",
@@ -147,7 +147,8 @@ def prove(against: str, results: Path, runs: Sequence[tuple[str, str, str, tuple
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m whalekit.code_equivalence", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m whalekit.repro.code_equivalence",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--against", required=True, help="the commit whose records should stay valid")
     parser.add_argument("--results", default="results")
     parser.add_argument("--runs", nargs="+", default=None, metavar="DOMAIN:METHOD",

@@ -5,7 +5,7 @@ unit each kind of metric has in every domain.
 Why its own module: a behaviour metric's unit is decided by the kind of flag behind it (a
 yes/no flag is a rate in % of samples, a count a mean per sample), read from the runs'
 trajectories; that rule and the figure drawn with it are one job, apart from the accuracy
-figures of `whalekit.plots`.
+figures of `whalekit.report.plots`.
 
     fig = bottleneck_figure([r for r in main_runs("runs", "cpu") if r.domain == "toy"])
 """
@@ -15,10 +15,18 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from whalekit.methods import METHOD_LABELS, METHOD_ORDER
-from whalekit.plot_style import FIGURE_RESAMPLES, PAPER_STYLE, figure, legend, method_colour, paper_style, require
-from whalekit.run_summaries import RunSummary
+from whalekit.report.plot_style import (
+    FIGURE_RESAMPLES,
+    PAPER_STYLE,
+    figure,
+    legend,
+    method_colour,
+    paper_style,
+    require,
+)
+from whalekit.report.run_summaries import RunSummary
+from whalekit.report.stats import Interval, seed_interval
 from whalekit.runs import read_jsonl_records
-from whalekit.stats import Interval, seed_interval
 
 
 def behaviour_keys(runs: list[RunSummary]) -> list[str]:

@@ -4,7 +4,7 @@ with which papermill parameters, and what each must leave behind (figures, table
 Why a module of its own: the plan is pure bookkeeping (no kernel starts, nothing is
 written), so `--dry-run`, the progress line's job costs and the notebooks' own look-ups
 (`preset_with_runs`, `run_figure_stem`) read it without touching the executor
-(whalekit.notebook_runner) or the command line (whalekit.reproduce).
+(whalekit.repro.notebook_runner) or the command line (whalekit.repro.reproduce).
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from typing import Any
 from whalekit.config import check_not_stale, resolve_config
 from whalekit.methods import METHOD_NAMES
 from whalekit.presets import load_preset
-from whalekit.run_set import PlannedRun
+from whalekit.repro.results import figures_dir
+from whalekit.repro.run_set import PlannedRun
 from whalekit.runs import NoRunsError, RunDir
 from whalekit.schedules import parse_schedule
 
-NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 METHODS = METHOD_NAMES
 QUICKSTART, DOMAIN_RUN = "01_quickstart", "02_domain_run"
 ANALYSIS = ("03_main_comparison", "04_bottleneck", "05_schedule_grid", "06_adaptive", "07_harness_archive")
@@ -47,14 +48,6 @@ class Job:
         if self.notebook == DOMAIN_RUN:
             return f"{self.notebook} {self.parameters['domain']}/{self.run_dir.name if self.run_dir else ''}"
         return self.notebook
-
-
-def figures_dir(preset: str, root: str | Path = "figures") -> Path:
-    """Where a preset's figures and tables go by default: the `cpu` preset's are the ones
-    committed in `root`; every other preset (smoke, paper, a preset file) writes below
-    `root/<preset name>/`, so a fast smoke pass never overwrites the committed figures."""
-    name = Path(preset).stem
-    return Path(root) if name == "cpu" else Path(root) / name
 
 
 def preset_with_runs(runs_root: str | Path, preset: str, figures: str | Path, fallback: str = "smoke",
@@ -147,7 +140,7 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     `domains` defaults to the preset's domains except the toy one (which exists for
     mechanics), unless toy is all there is. Runs go under `runs_root/<preset>/`; figures
     default to `figures_dir(preset)`. The analysis notebooks read the records under `results`
-    (whalekit.results.choose_root: the runs when it holds none of the preset)."""
+    (whalekit.repro.results.choose_root: the runs when it holds none of the preset)."""
     data = load_preset(preset)
     preset_name = Path(preset).stem
     runs_root = Path(runs_root).resolve()

@@ -7,12 +7,12 @@ results and the harness's prefill never are). Special tokens such as `<|im_end|>
 markers beside the text, and a tokenizer's pieces are whole characters (a character split
 over several byte-level tokens is shown once, not as broken bytes). A candidate harness
 renders as a side-by-side diff of normalised sources against its parent, so quote style
-and blank lines never show as changes. `whalekit.viewer.browse` (the interactive viewer)
+and blank lines never show as changes. `whalekit.report.viewer.browse` (the interactive viewer)
 wires runs → candidates → examples → trajectory; without a widget front end it degrades
 to static HTML, so executed notebooks still show the traces.
 
     show_trajectory(run.trajectories("eval-000")[0])          # inline HTML
-    viewer.browse("runs", "cpu")                               # the interactive viewer (whalekit.viewer)
+    viewer.browse("runs", "cpu")                               # the interactive viewer (whalekit.report.viewer)
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def show_diff(archive: Archive, candidate_id: str, parent_id: str | None = None)
 def widgets_available() -> bool:
     """True when ipywidgets imports and a Jupyter kernel runs us, unless the run is
     headless: a kernel cannot see whether a front end is attached, so headless drivers
-    (`whalekit.notebook_runner`, the notebook tests) set WHALEKIT_HEADLESS=1 for the kernels
+    (`whalekit.repro.notebook_runner`, the notebook tests) set WHALEKIT_HEADLESS=1 for the kernels
     they start."""
     if os.environ.get(HEADLESS_ENV, "") not in ("", "0"):
         return False

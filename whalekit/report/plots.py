@@ -1,20 +1,20 @@
 """The paper's figures, drawn with matplotlib from run directories or the committed
-records (whalekit.results; never from notebook outputs), so `results/` alone reproduces
+records (whalekit.repro.results; never from notebook outputs), so `results/` alone reproduces
 every figure: one run's curve, Figures 1b and 2 (accuracy), 4 (schedule grid), 6 (adaptive
-schedule) and the harness lineage. Figure 3 (behaviour) is `whalekit.behaviour_plots`; the
-look every figure shares (style, sizes, colours, saving) is `whalekit.plot_style`.
+schedule) and the harness lineage. Figure 3 (behaviour) is `whalekit.report.behaviour_plots`; the
+look every figure shares (style, sizes, colours, saving) is `whalekit.report.plot_style`.
 
 Every figure uses the same colour per method (`whalekit.methods`), labels its axes with
 units ("rollouts", "test mean@8 (%)"), is sized for a paper column (readable at 100 %),
 and `plot_style.save_figure` writes it as PNG and PDF.
 
     fig = accuracy_curve_figure(main_runs("runs", "cpu"))    # Figure 2: mean over seeds, 95 % band
-    save_figure(fig, "figures/fig2_test_accuracy")          # .png + .pdf (whalekit.plot_style)
+    save_figure(fig, "figures/fig2_test_accuracy")          # .png + .pdf (whalekit.report.plot_style)
 
 Every figure says which of a run's numbers it shows (final, selected by the run's own
 signal, or best over evaluations = selected on test), draws h0 with the initial weights
 beside the methods, marks a run never made as "not run" (hatched bars, a panel note; never
-as 0), draws 95 % t-intervals over the seed means (whalekit.stats), saves PNGs at print resolution, gives a
+as 0), draws 95 % t-intervals over the seed means (whalekit.report.stats), saves PNGs at print resolution, gives a
 behaviour metric the unit of its kind in every domain (a yes/no flag in % of samples, a
 count as a mean per sample), leaves out constant panels and names them, fits colour scales
 to the data, and lays its text out with constrained layout so that no two labels overlap
@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from whalekit.methods import METHOD_LABELS, METHOD_ORDER
-from whalekit.plot_style import (
+from whalekit.report.plot_style import (
     ABSENT_COLOUR,
     COLUMN_WIDTH,
     CONTROL_COLOUR,
@@ -48,10 +48,18 @@ from whalekit.plot_style import (
     paper_style,
     require,
 )
-from whalekit.run_summaries import DOMAIN_ORDER, RunSummary, curve_k, point_k
+from whalekit.report.run_summaries import DOMAIN_ORDER, RunSummary, curve_k, point_k
+from whalekit.report.stats import Interval, seed_interval
+from whalekit.report.tables import (
+    FLOOR_LABEL,
+    H0_LABEL,
+    POINT_LABELS,
+    floor_interval,
+    initial_runs,
+    interval,
+    schedule_label,
+)
 from whalekit.schedules import AdaptiveConfig
-from whalekit.stats import Interval, seed_interval
-from whalekit.tables import FLOOR_LABEL, H0_LABEL, POINT_LABELS, floor_interval, initial_runs, interval, schedule_label
 
 if TYPE_CHECKING:
     from whalekit.archive import Archive

@@ -1,5 +1,5 @@
-"""The paper's look, shared by every figure module (`whalekit.plots`,
-`whalekit.behaviour_plots`): one style, one size per column, one colour per method, the
+"""The paper's look, shared by every figure module (`whalekit.report.plots`,
+`whalekit.report.behaviour_plots`): one style, one size per column, one colour per method, the
 panel grid and legend, the byte-stable PNG + PDF writer, and the check that no two texts
 of a figure overlap.
 
@@ -7,7 +7,7 @@ Why one module: a figure that set its own fonts, sizes or colours would disagree
 others in the paper; keeping them here makes every figure read the same, and the same
 records give the same bytes wherever they are drawn.
 
-    fig = accuracy_curve_figure(main_runs("runs", "cpu"))    # any figure of whalekit.plots
+    fig = accuracy_curve_figure(main_runs("runs", "cpu"))    # any figure of whalekit.report.plots
     save_figure(fig, "figures/fig2_test_accuracy")          # .png + .pdf, no dates inside
     assert overlapping_texts(fig) == []                      # what tests/test_plots.py checks
 """
@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from whalekit.methods import METHOD_COLOURS
-from whalekit.run_summaries import RunSummary
+from whalekit.report.run_summaries import RunSummary
 
 PAPER_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
                "xtick.labelsize": 7, "ytick.labelsize": 7, "lines.linewidth": 1.4, "axes.spines.top": False,

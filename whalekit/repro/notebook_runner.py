@@ -3,8 +3,8 @@ domain-run notebooks `parallel` at a time, a progress line per finished job, the
 records kept up to date between runs, and the wall times written at the end.
 
 Why a module of its own: this is the only part of `make reproduce` that starts kernels
-and takes hours; the plan it executes (whalekit.reproduce_plan) and the command line
-that calls it (whalekit.reproduce) stay readable without the threads and the timing.
+and takes hours; the plan it executes (whalekit.repro.reproduce_plan) and the command line
+that calls it (whalekit.repro.reproduce) stay readable without the threads and the timing.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any
 from jupyter_client import AsyncKernelManager
 
 from whalekit.progress import OverallProgress, RunWatcher
-from whalekit.reproduce_plan import DOMAIN_RUN, NOTEBOOK_DIR, Job, job_costs
-from whalekit.run_set import Records
+from whalekit.report.widgets import HEADLESS_ENV
+from whalekit.repro.reproduce_plan import DOMAIN_RUN, NOTEBOOK_DIR, Job, job_costs
+from whalekit.repro.run_set import Records
 from whalekit.runs import RunDir
-from whalekit.widgets import HEADLESS_ENV
 
 
 def reusable(job: Job) -> bool:

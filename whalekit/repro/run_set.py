@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whalekit.code_identity import RunCode, ledger_entries
 from whalekit.config import RunConfig, config_changes
 from whalekit.cpu_info import cpu_kind
 from whalekit.progress import format_duration
 from whalekit.provenance import git_commit, git_tag
-from whalekit.results import record_path
+from whalekit.repro.code_identity import RunCode, ledger_entries
+from whalekit.repro.results import record_path
 from whalekit.runs import RunDir, atomic_write
 
 RECORDED, LEFT, OTHER_CODE, OTHER_CONFIG = "recorded", "left", "other code", "other configuration"
@@ -147,14 +147,14 @@ def eta_text(runs: Sequence[PlannedRun], states: Sequence[RecordState], cpu: str
 def write_status(runs: Sequence[PlannedRun], states: Sequence[RecordState], path: Path, cpu: str,
                  commit: str, tag: str | None, running: str | None = None) -> Path:
     """results/<preset>/STATUS.md: every planned run with its state, wall time and the CPU
-    kind it was made on; written by `python -m whalekit.reproduce`, never by hand."""
+    kind it was made on; written by `python -m whalekit.repro.reproduce`, never by hand."""
     left = sum(s.state != RECORDED for s in states)
     lines = [f"# Reproduction status: preset {path.parent.name}", "",
-             f"Written by `python -m whalekit.reproduce` at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+             f"Written by `python -m whalekit.repro.reproduce` at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
              f"from commit `{commit[:12]}`" + (f" (tag `{tag}`)" if tag else " (no tag)") + ".",
              f"**{len(runs) - left} of {len(runs)} runs recorded, {left} left.** {eta_text(runs, states, cpu)}.",
              "A run counts when its record under results/ has this configuration and was made by code that runs "
-             "as this code does (every module a run executes byte-identical: `whalekit.code_identity`, ledger "
+             "as this code does (every module a run executes byte-identical: `whalekit.repro.code_identity`, ledger "
              "`results/run_code.json`); `other code` and `other configuration` records are made again.", ""]
     if running:
         lines += [f"Running now: `{running}`.", ""]
@@ -193,7 +193,7 @@ class Deadline:
 class Records:
     """A chunk's view of the run set while it works: which runs are recorded, the deadline,
     and, after each run, the record exported (`export(run_dir, results_root)`, i.e.
-    whalekit.results.export_run) and STATUS.md rewritten. `stopped` turns true when the
+    whalekit.repro.results.export_run) and STATUS.md rewritten. `stopped` turns true when the
     deadline keeps a run from starting; the chunk then ends at that run boundary."""
 
     def __init__(self, runs: Sequence[PlannedRun], results_root: Path, export: Any, deadline: Deadline | None = None,

@@ -9,14 +9,14 @@ kept under runs/<preset>/notebooks/) means the reproduction and the exploration 
 drift apart. Finished runs are reused: the driver skips them, and a domain-run notebook
 whose run is done and whose figure exists is not executed again.
 
-    python -m whalekit.reproduce --preset smoke                    # minutes, tiny model; figures/smoke/
+    python -m whalekit.repro.reproduce --preset smoke                    # minutes, tiny model; figures/smoke/
     make reproduce                                                 # the cpu preset, seeds 0 1 2; figures/
 
 A finished run made by other code or another sampler (config.json's provenance) is
 reported and made again, unless --reuse-foreign-runs keeps it.
 
-This module is the command and its flow; what runs is planned in whalekit.reproduce_plan
-and executed by whalekit.notebook_runner.
+This module is the command and its flow; what runs is planned in whalekit.repro.reproduce_plan
+and executed by whalekit.repro.notebook_runner.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from whalekit.notebook_runner import run_jobs
 from whalekit.presets import load_preset
 from whalekit.provenance import REUSE_ENV, provenance, provenance_changes, recorded_provenance
-from whalekit.reproduce_plan import METHODS, Job, plan, run_set_defaults
-from whalekit.results import export_run
-from whalekit.run_set import Deadline, Records
+from whalekit.repro.notebook_runner import run_jobs
+from whalekit.repro.reproduce_plan import METHODS, Job, plan, run_set_defaults
+from whalekit.repro.results import export_run
+from whalekit.repro.run_set import Deadline, Records
 from whalekit.runs import RunDir
 from whalekit.shutdown import exit_on_sigterm
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # `make reproduce`: a killed reproduction shuts its notebook's kernel down
         exit_on_sigterm()
 
-    parser = argparse.ArgumentParser(prog="python -m whalekit.reproduce", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m whalekit.repro.reproduce", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="cpu", help="smoke | cpu | paper, or a preset YAML file")
     parser.add_argument("--runs-root", default="runs", help="run directories and executed notebooks go here")
     parser.add_argument("--figures", default=None, help="figures (PNG, PDF) and tables (MD, CSV) go here "

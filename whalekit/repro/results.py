@@ -3,7 +3,7 @@
 table is regenerated (`make figures`), with the provenance that names the code and CPU.
 
 Why a thin run directory rather than a format of its own: the readers of run directories
-(`whalekit.tables`, `whalekit.plots`, the viewer) then read a record unchanged, so a
+(`whalekit.report.tables`, `whalekit.report.plots`, the viewer) then read a record unchanged, so a
 figure drawn from `results/` is the figure drawn from `runs/`. What a record keeps:
 
     config.json          the run's configuration; provenance gains cpu_kind (and git_tag) when missing
@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from whalekit.archive import Archive, archive_folders
-from whalekit.code_identity import RunCode, register
 from whalekit.cpu_info import cpu_kind
 from whalekit.presets import flatten
 from whalekit.provenance import PACKAGE_DIR
+from whalekit.repro.code_identity import RunCode, register
 from whalekit.runs import RunDir, atomic_write, read_jsonl_records
 from whalekit.types import Trajectory
 
@@ -52,8 +52,8 @@ EXAMPLES = 3  # full trajectories of the final evaluation kept for the trace vie
 # A test sample's fields a record keeps, with its numeric `flags`: what tables and figures read (the
 # domain, harness and weights version of an evaluation are in its test_eval event; not a Trajectory)
 TEST_FIELDS = ("task_id", "subset", "sample_index", "correct", "reward")
-STUB_SOURCE = ('"""Not kept in this record (whalekit.results): a record keeps the source of the harnesses the run '
-               'evaluated on test and their lineage; the run directory has every candidate\'s."""\n')
+STUB_SOURCE = ('"""Not kept in this record (whalekit.repro.results): a record keeps the source of the harnesses '
+               'the run evaluated on test and their lineage; the run directory has every candidate\'s."""\n')
 LEFT_OUT = ("checkpoints/", "test trajectories' turns, messages and token ids (examples.jsonl keeps a few)",
             "archive trajectories and outcomes", "sources of candidates off the evaluated lineage",
             "stages.json (resume state)", "tracking/")
@@ -75,11 +75,19 @@ class _Run(Protocol):  # a run_summaries.RunSummary, or anything else with a fol
     config: dict[str, Any]
 
 
-# -- where records live ------------------------------------------------------------------
+# -- where records (and the figures made from them) live -----------------------------------
 def record_path(config: Any, results_root: str | Path = RESULTS_ROOT) -> Path:
     """Where the record of a run with this configuration (a whale.RunConfig) goes:
     results_root/<preset name>/<domain>/<run name>, whether or not it exists yet."""
     return Path(results_root) / Path(config.preset).stem / config.domain / config.run_name
+
+
+def figures_dir(preset: str, root: str | Path = "figures") -> Path:
+    """Where a preset's figures and tables go by default: the `cpu` preset's are the ones
+    committed in `root`; every other preset (smoke, paper, a preset file) writes below
+    `root/<preset name>/`, so a fast smoke pass never overwrites the committed figures."""
+    name = Path(preset).stem
+    return Path(root) if name == "cpu" else Path(root) / name
 
 
 def find_record(results_root: str | Path, preset: str, domain: str, run_name: str) -> Path | None:

@@ -1,10 +1,10 @@
 """The paper's tables (Markdown + CSV) from finished run directories, and the numbers
-every figure in `whalekit.plots` shares with them (intervals, h0, the floor, labels).
+every figure in `whalekit.report.plots` shares with them (intervals, h0, the floor, labels).
 
 Why here and not in the notebooks: a figure or table must be rebuilt from `runs/` or from
-the committed records in `results/` (whalekit.results: thin run directories, read the
+the committed records in `results/` (whalekit.repro.results: thin run directories, read the
 same way) alone, never from a notebook's outputs; which runs a table is about is decided
-once, in `whalekit.run_summaries`, where every set of runs is checked to come from one
+once, in `whalekit.report.run_summaries`, where every set of runs is checked to come from one
 code version.
 
     table = main_comparison("results", "cpu")         # Table 2: final test mean@k (%) ± interval
@@ -23,8 +23,8 @@ import pandas as pd
 from whalekit.domains.base import get_domain
 from whalekit.domains.chess.baselines import random_legal_move_score
 from whalekit.methods import METHOD_LABELS, METHOD_ORDER
-from whalekit.run_summaries import DOMAIN_ORDER, POINTS, RunSummary, grid_runs, main_runs, point_k
-from whalekit.stats import N_RESAMPLES, Interval, paired_difference, seed_interval
+from whalekit.report.run_summaries import DOMAIN_ORDER, POINTS, RunSummary, grid_runs, main_runs, point_k
+from whalekit.report.stats import N_RESAMPLES, Interval, paired_difference, seed_interval
 
 # The words every table and figure prints beside each of a run's numbers (run_summaries.POINTS).
 POINT_LABELS = {"final": "final test mean@{k} (%, after the whole budget)",
