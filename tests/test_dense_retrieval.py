@@ -107,3 +107,14 @@ def test_the_search_qa_domain_searches_the_dense_index(sample):
     with pytest.raises(ValueError, match="built from"):
         domain.load_splits(n_train=2, n_search=2, n_test=2, source="jsonl", path=str(qa), dense_index=str(folder),
                            corpus=str(qa))
+
+
+def test_the_search_tool_description_names_the_retriever_in_use(sample):
+    corpus, qa, _encoder, folder, _rows = sample
+    domain = SearchQADomain()
+    domain.load_splits(n_train=2, n_search=2, n_test=2, seed=0, source="jsonl", path=str(qa), dense_index=str(folder))
+    assert "by cosine similarity of tiny-encoder embeddings (dense retrieval)" in domain.tools_description
+    assert "BM25" not in domain.tools_description
+    assert "BM25" in SearchQADomain.tools_description  # other domains' descriptions are untouched
+    domain.load_splits(n_train=2, n_search=2, n_test=2, seed=0, source="jsonl", path=str(qa), corpus=str(corpus))
+    assert domain.tools_description == SearchQADomain.tools_description  # back on BM25, back to its text

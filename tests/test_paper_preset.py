@@ -58,6 +58,19 @@ def test_paper_preset_gives_vllm_a_configurable_share_of_the_gpu(paper_data):
     assert raised.to_json()["vllm_options"]["gpu_memory_fraction"] == 0.5  # recorded in config.json
 
 
+def test_paper_preset_samples_on_seven_gpus_and_keeps_the_eighth_for_the_trainer():
+    for domain in ("searchqa", "math", "chess"):
+        config = resolve_config("paper", domain, "whale", check_data=False)
+        backend = config.backend  # a BackendConfig: its own checks ran
+        assert (backend.kind, backend.address) == ("ray", "auto")  # joins the cluster started without GPU 0
+        assert backend.num_workers * backend.gpus_per_worker + 1 == 8  # the authors' node of eight GPUs
+        # a sampled RSFT batch goes out in one round of chunks, one per worker
+        assert backend.num_workers * backend.worker_capacity >= \
+            config.rsft.batch_problems * config.rsft.samples_per_problem
+    one_gpu = resolve_config("paper", "math", "whale", check_data=False, **parse_overrides(["backend.kind=local"]))
+    assert one_gpu.backend.kind == "local"
+
+
 def test_the_driver_hands_vllm_options_to_load_policy(tmp_path, monkeypatch):
     import whalekit.models
 

@@ -441,6 +441,18 @@ def test_the_registry_builds_the_domain():
     assert isinstance(domain, SearchQADomain) and "search(query" in domain.tools_description
 
 
+def test_the_bm25_tool_description_is_the_one_the_records_were_made_with():
+    """The local proposer's requests are stored by content hash and replayed: its prompt, which
+    quotes this description, must stay byte-identical while BM25 is the retriever."""
+    import hashlib
+
+    domain = SearchQADomain()
+    domain.load_splits(n_train=2, n_search=2, n_test=2, seed=0)  # the generated world, searched by BM25
+    for text in (SearchQADomain.tools_description, domain.tools_description):
+        assert hashlib.sha256(text.encode()).hexdigest() == \
+            "533c08c61c2759f5ac6843f3009da1ff36ff45401e038869e2c2d47f883aa164"
+
+
 # --- end to end with SmolLM2 -------------------------------------------------------------
 
 @pytest.mark.slow

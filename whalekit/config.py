@@ -140,8 +140,10 @@ class RunConfig:
 
 
 def resolve_config(preset: str = "cpu", domain: str = "chess", method: str = "whale",
-                   schedule: str | tuple[float, int] | None = None, seed: int = 0, **overrides: Any) -> RunConfig:
-    """Preset file values, then the domain's section, then explicit overrides."""
+                   schedule: str | tuple[float, int] | None = None, seed: int = 0, check_data: bool = True,
+                   **overrides: Any) -> RunConfig:
+    """Preset file values, then the domain's section, then explicit overrides. `check_data`
+    False: a missing data file is no error (whalekit.report.cost_model sizes runs without the data)."""
     data = load_preset(preset)
     domains = data.pop("domains", {})
     for key in ("grid", "notes", "reproduce"):  # read by the CLI's grid and by whalekit.reproduce_plan, not a run's
@@ -155,7 +157,7 @@ def resolve_config(preset: str = "cpu", domain: str = "chess", method: str = "wh
     merged = _deep_merge(_deep_merge(layers[0], layers[1]), layers[2])
     if schedule is not None:
         merged["schedule"] = schedule
-    missing = missing_data_files(merged.get("split_options", {}))
+    missing = missing_data_files(merged.get("split_options", {})) if check_data else []
     if missing:
         raise FileNotFoundError(f"preset {preset!r}, domain {domain!r}: missing data files (set WHALEKIT_DATA or "
                                 f"override split_options):\n  " + "\n  ".join(missing))

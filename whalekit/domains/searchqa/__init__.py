@@ -1,4 +1,4 @@
-"""Search QA: answer questions by searching a local corpus with BM25.
+"""Search QA: answer questions by searching a local corpus (BM25, or a dense e5 + FAISS index).
 
 The paper's harness-dominated domain: query rewriting, how many documents come back,
 how each is cut and how the context is managed decide most of the accuracy. The
@@ -52,12 +52,14 @@ __all__ = ["SearchQADomain", "FAMILIES", "ONE_HOP", "TWO_HOP", "DEFAULT_MIX"]
 DEFAULT_MIX: dict[str, float] = {"birthplace": 2, "occupation": 2, "founded_year": 2, "born_first": 2,
                                  "birth_country": 1, "founder_birthplace": 1, "org_country": 1}
 MAX_K = 20  # most documents one search may return
+BM25_RANKING = "by BM25"  # how the search tool ranks documents, as its description says
 
 
-class SearchQADomain(Domain):
-    name = "searchqa"
-    tools_description = (
-        "search(query: str, k: int = 5) -> the k best documents for `query` by BM25 over the task's corpus "
+def describe_tools(ranking: str = BM25_RANKING) -> str:
+    """What a proposer is told about the toolbox, `ranking` naming the retriever in use. The
+    BM25 text is byte-identical to the one the committed records' prompts were made with."""
+    return (
+        f"search(query: str, k: int = 5) -> the k best documents for `query` {ranking} over the task's corpus "
         f"(k is clamped to 1..{MAX_K}; optional max_doc_tokens cuts each document's text after that many tokens, "
         "a word or a punctuation mark counting as one). ToolResult.output is the documents, one block each: "
         "'[rank] Title (id: ID, score: S)' then the text, blank-line separated. ToolResult.meta holds "
@@ -65,6 +67,16 @@ class SearchQADomain(Domain):
         "harness can re-rank, truncate or reformat them in format_tool_result. Call it as "
         "ToolCall('search', {'query': '...', 'k': 3}). Questions are in task.inputs['question']."
     )
+
+
+def dense_ranking(index: DenseIndex) -> str:
+    """The dense retriever's ranking, named by its encoder's folder (e5-base-v2 in the paper)."""
+    return f"by cosine similarity of {Path(str(index.encoder_path)).name} embeddings (dense retrieval)"
+
+
+class SearchQADomain(Domain):
+    name = "searchqa"
+    tools_description = describe_tools()  # BM25's; use_dense_index replaces it for this domain
     failure_modes = FAILURE_MODES
 
     def __init__(self, n_people: int = 200, n_orgs: int = 100, n_cities: int = 40, n_countries: int = 8,
@@ -141,12 +153,14 @@ class SearchQADomain(Domain):
         """Make `documents` the searched corpus (index loaded from the disk cache or built)."""
         if not isinstance(self._index, BM25Index) or self._index.documents != documents:
             self._index = BM25Index.load_or_build(documents)
+        self.tools_description = describe_tools(BM25_RANKING)
         return self._index
 
     def use_dense_index(self, folder: str | Path) -> DenseIndex:
         """Search the dense index built in `folder` (opened from disk; pickled as its path)."""
         if not isinstance(self._index, DenseIndex) or self._index.folder != Path(folder):
             self._index = DenseIndex.open(folder)
+        self.tools_description = describe_tools(dense_ranking(self._index))
         return self._index
 
     @property
