@@ -188,13 +188,10 @@ class RSFTTrainer:
         return records
 
     def stage_batch_problems(self, epochs: float | None, done: int) -> int:
-        """Problems the next batch of a weight stage takes, the one rule of `train` and of the
-        driver's weight step: what is left of the stage's `epochs` of the training set after
-        the `done` problems it has taken (None: an adaptive stage, a whole batch each time),
-        at most a batch, and no more than the budget can sample `samples_per_problem` times.
-        0 or less: the stage is done or the budget is spent."""
-        wanted = self.config.batch_problems if epochs is None else round(epochs * len(self.tasks)) - done
-        return min(wanted, self.config.batch_problems, self.budget.remaining // self.config.samples_per_problem)
+        """Problems the next batch of a weight stage takes (`RSFTConfig.stage_batch_problems` on
+        this trainer's training set and budget): what `train` loops over and the driver's weight
+        step takes."""
+        return self.config.stage_batch_problems(len(self.tasks), self.budget.remaining, epochs, done)
 
     def step(self, harness: HarnessRuntime, n_problems: int | None = None) -> BatchRecord:
         cfg = self.config

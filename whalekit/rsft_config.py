@@ -97,6 +97,16 @@ class RSFTConfig:
         if self.backend == "unsloth" and not self.lora:
             raise ValueError("backend='unsloth' accelerates LoRA here; set lora=true or backend='peft'")
 
+    def stage_batch_problems(self, n_train: int, budget_left: int, epochs: float | None, done: int) -> int:
+        """Problems the next batch of a weight stage takes: the one rule of `RSFTTrainer.train`,
+        the driver's weight step and the cost model (whalekit.report.cost_model). What is left of
+        the stage's `epochs` of the `n_train` training problems after the `done` it has taken
+        (None: an adaptive stage, a whole batch each time), at most a batch, and no more than
+        `budget_left` rollouts can sample `samples_per_problem` times. 0 or less: the stage is
+        done or the budget is spent."""
+        wanted = self.batch_problems if epochs is None else round(epochs * n_train) - done
+        return min(wanted, self.batch_problems, budget_left // self.samples_per_problem)
+
 
 @dataclass
 class BatchRecord:

@@ -95,9 +95,8 @@ class _CountingWeights:
 
     def step(self, state: RunState, stage: Stage) -> StepRecord | None:
         rsft = self.config.rsft
-        goal = None if stage.adaptive else round(stage.epochs * self.config.n_train)
-        left = rsft.batch_problems if goal is None else goal - state.stage_problems
-        n = min(left, rsft.batch_problems, self.budget.remaining // rsft.samples_per_problem)  # affordable_problems
+        n = rsft.stage_batch_problems(self.config.n_train, self.budget.remaining,
+                                      None if stage.adaptive else stage.epochs, state.stage_problems)
         if n <= 0:
             return None
         self.budget.charge(n * rsft.samples_per_problem, RSFT_PHASE)
@@ -210,11 +209,11 @@ def count_rollouts(config: RunConfig) -> RunRollouts:
             state.step += 1
         if record is None or stages.finished(state, stage):
             evaluated.append(state.stage_steps > state.stage_empty_steps)
-            stages.close(state, stage, budget.spent)
+            state.end_stage(stage.kind, budget.spent)  # as whale._Driver.end_stage
             state.stage = None
     if state.stage is not None:
         evaluated.append(state.stage_steps > state.stage_empty_steps)
-        stages.close(state, Stage(**state.stage), budget.spent, budget_exhausted=True)
+        state.end_stage(state.stage["kind"], budget.spent)
     return RunRollouts(weight_steps=phases["weight"].steps if "weight" in phases else 0,
                        search_iterations=state.search_iterations, stages=len(state.history),
                        rsft=budget.by_phase.get(RSFT_PHASE, 0), search=budget.by_phase.get(SEARCH_PHASE, 0),
