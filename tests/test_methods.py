@@ -15,18 +15,16 @@ from whalekit import (
     budget_accounting,
     config,
     methods,
-    plot_style,
-    reproduce_plan,
     rsft_phase,
-    run_summaries,
     schedules,
     search_phase,
     stage_scheduling,
-    tables,
     whale,
 )
 from whalekit.archive import Archive, archive_folders
 from whalekit.models import load_policy
+from whalekit.report import plot_style, run_summaries, tables
+from whalekit.repro import reproduce_plan
 
 
 def test_the_table_holds_the_seven_methods_once_each():
