@@ -6,28 +6,15 @@ near-zero gradient's sign flips); the loss they report is the global mini-batch'
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 import torch.multiprocessing as mp
-
-from whalekit.rsft_loss import IGNORE_INDEX
+from training_sequences import sequences
 
 LR = 1e-3
 # The ranks' summed gradients differ from one rank's only in float32 summation order: 1e-5 of each
 # tensor's norm. The weights after AdamW's first step (lr x g / |g| per element) may differ by up to
 # two steps in an element whose gradient is near 0, where that rounding flips its sign.
-
-
-def sequences(count: int = 7, seed: int = 0) -> list[tuple[list[int], list[int]]]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        prompt, completion = rng.randrange(6, 30), rng.randrange(2, 12)
-        ids = [rng.randrange(100, 49000) for _ in range(prompt + completion)]
-        out.append((ids, [IGNORE_INDEX] * prompt + ids[prompt:]))
-    return out
 
 
 def model_and_optimizer(lora: bool):

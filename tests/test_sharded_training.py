@@ -9,29 +9,19 @@ timeout so a failing rank cannot hang the suite."""
 
 from __future__ import annotations
 
-import random
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from training_sequences import sequences
 
 from whalekit.rsft_loss import IGNORE_INDEX
 
 LR = 1e-3
 MICRO_BATCH = 2
 LAUNCH_TIMEOUT_S = 300
-
-
-def sequences(count: int, seed: int) -> list[tuple[list[int], list[int]]]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        prompt, completion = rng.randrange(6, 30), rng.randrange(2, 12)
-        ids = [rng.randrange(100, 49000) for _ in range(prompt + completion)]
-        out.append((ids, [IGNORE_INDEX] * prompt + ids[prompt:]))
-    return out
 
 
 # 5 sequences: rank 0 trains on 3 (2 micro-batches of 2), rank 1 on 2 (1): rank 1 makes an idle pass.
