@@ -1,7 +1,8 @@
 """Device check for the GPU path: a batched rollout through the sampler (vLLM when
 importable, else transformers, said so), one RSFT step (full fine-tuning, then LoRA), the
 weight sync after each, and a rollout after the sync; prints sampling tokens/s, training
-tokens/s and the sync time. Then (`--ray-replicas 2`, the default) the Ray backend: two
+tokens/s and the sync time; where 2 GPUs exist, a full step on 2 sharded trainer ranks
+(`--trainer-ranks`). Then (`--ray-replicas 2`, the default) the Ray backend: two
 sampler replicas as Ray actors sharing the GPU, their rollout and a weight broadcast. Sized
 to finish in well under 9 minutes on one H200.
 
@@ -92,17 +93,21 @@ def timed_rollout(domain, runtime, tasks, sampler, label: str) -> list:
     return trajectories
 
 
-def rsft_step(policy, domain, tasks, trajectories, lora: bool) -> None:
+def rsft_step(policy, domain, tasks, trajectories, lora: bool, ranks: int = 1) -> None:
     """One optimiser step on the given trajectories (all counted as accepted: random
-    weights solve nothing) and the sync that follows it, timed apart."""
+    weights solve nothing) and the sync that follows it, timed apart. `ranks` > 1: the
+    trainer's sharded ranks (`rsft.trainer_ranks`: FSDP2 on NCCL, rank r on cuda:r)."""
     import torch
 
     from whalekit.budget import RolloutBudget
     from whalekit.rsft import RSFTTrainer
     from whalekit.rsft_config import RSFTConfig
 
-    trainer = RSFTTrainer(policy, domain, tasks, RSFTConfig(lora=lora, micro_batch_sequences=32, max_seq_len=1024),
-                          RolloutBudget(10**6))
+    start = time.perf_counter()
+    trainer = RSFTTrainer(policy, domain, tasks, RSFTConfig(lora=lora, micro_batch_sequences=32, max_seq_len=1024,
+                                                            trainer_ranks=ranks), RolloutBudget(10**6))
+    if ranks > 1:
+        print(f"trainer ranks: {ranks} started and sharded in {time.perf_counter() - start:.1f} s")
     sampler, sync_times = policy.sampler, []
     load = sampler.load_weights
 
@@ -118,10 +123,14 @@ def rsft_step(policy, domain, tasks, trajectories, lora: bool) -> None:
     finally:
         sampler.load_weights = load
     train_seconds = seconds - sum(sync_times)
-    print(f"RSFT step ({'LoRA' if lora else 'full'}, device {trainer.device}, bf16 autocast {trainer.autocast}, "
-          f"weights {trainer.train_dtype}, {type(trainer.optimizer).__name__}, backend {trainer.backend}): "
+    how = (f"{ranks} FSDP2 ranks, float32 master weights, {trainer.config.sharded_compute_dtype} compute"
+           if ranks > 1 else f"device {trainer.device}, bf16 autocast {trainer.autocast}, weights "
+           f"{trainer.train_dtype}, {type(trainer.optimizer).__name__}, backend {trainer.backend}")
+    print(f"RSFT step ({'LoRA' if lora else 'full'}, {how}): "
           f"loss {loss:.3f}, {tokens} tokens in {train_seconds:.2f} s = {tokens / train_seconds:.0f} training tok/s; "
           f"weight sync {sync_times[0]:.2f} s")
+    if trainer.ranks is not None:
+        trainer.ranks.close()
     del trainer
     torch.cuda.empty_cache()
 
@@ -191,6 +200,8 @@ def main() -> None:
     parser.add_argument("--gpu-memory-fraction", type=float, default=0.3)
     parser.add_argument("--eager", action="store_true", help="no CUDA graphs in vLLM (faster start)")
     parser.add_argument("--hf", action="store_true", help="use the transformers sampler even if vLLM is there")
+    parser.add_argument("--trainer-ranks", type=int, default=2,
+                        help="sharded trainer ranks (rsft.trainer_ranks) for a full step, where that many GPUs exist")
     parser.add_argument("--ray-replicas", type=int, default=2, help="Ray backend case: replicas on this GPU (0: skip)")
     args = parser.parse_args()
     if args.prepare:
@@ -232,6 +243,11 @@ def main() -> None:
     print(f"greedy outputs changed by the sync: {sum(a != b for a, b in zip(after, before))}/{len(probe)} prompts")
     after_sync = timed_rollout(domain, runtime, tasks, sampler, "rollout after the sync")
     rsft_step(policy, domain, tasks, trajectories[:64], lora=True)
+    if args.trainer_ranks > 1 and torch.cuda.device_count() >= args.trainer_ranks:
+        rsft_step(policy, domain, tasks, trajectories[:64], lora=False, ranks=args.trainer_ranks)
+    elif args.trainer_ranks > 1:
+        print(f"trainer ranks: skipped, {args.trainer_ranks} need as many GPUs ({torch.cuda.device_count()} here; "
+              "NCCL takes one rank per GPU)")
     print(f"peak GPU memory allocated in this process: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
     sampler.close()
     if args.ray_replicas:

@@ -39,6 +39,7 @@ from whalekit.rsft_loss import packed_training_sequences, token_normalised_loss
 from whalekit.samplers.vllm_sync import shared_memory_dir
 from whalekit.seams import AdapterSampler, PolicyLike
 from whalekit.timing import phase
+from whalekit.trainer_ranks import TrainerRanks
 from whalekit.types import Task, Trajectory
 
 UNSLOTH_HINT = "pip install 'whalekit[gpu]' (CUDA Linux machines)"
@@ -127,10 +128,27 @@ class RSFTTrainer:
         self.train_dtype = resolve_train_dtype(config.train_dtype, self.device.type, bf16_supported())
         self.backend = resolve_backend(config.backend, config.lora, self.device.type == "cuda")
         torch.manual_seed(config.seed)  # LoRA's initial A matrices: the same run starts from the same adapter
-        if self.backend == "unsloth":
-            model = _unsloth_lora(policy.path, self.train_dtype, config)
+        self.ranks: TrainerRanks | None = None  # rsft.trainer_ranks > 1: sharded ranks hold the weights
+        self.model: Any = None  # the in-process model (peft or transformers); None on sharded ranks
+        if config.trainer_ranks > 1:
+            self.autocast = False
+            self.ranks = TrainerRanks(policy.path, config, policy.tokenizer.pad_token_id, self.device.type)
         else:
-            model = load_model(policy.path, self.train_dtype).to(self.device)
+            self._build_in_process(policy.path, config)
+        self.state = TrainerState()
+        self.synced = False  # the sampler got every tensor once from this trainer (later LoRA syncs send fewer)
+        self._adapter_dir: Path | None = None  # the adapter the sampler holds (adapter syncs only)
+        self._adapter_cleanup: Callable[[], Any] | None = None  # removes that folder (now, or with the trainer)
+        self.pad_id = policy.tokenizer.pad_token_id
+
+    def _build_in_process(self, path: Path, config: RSFTConfig) -> None:
+        """The trainer's model (LoRA or full), optimiser and warm-up schedule in this process."""
+        import torch
+
+        if self.backend == "unsloth":
+            model = _unsloth_lora(path, self.train_dtype, config)
+        else:
+            model = load_model(path, self.train_dtype).to(self.device)
             if config.gradient_checkpointing:
                 enable_gradient_checkpointing(model)
             if config.lora:
@@ -151,11 +169,6 @@ class RSFTTrainer:
             self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps)))
-        self.state = TrainerState()
-        self.synced = False  # the sampler got every tensor once from this trainer (later LoRA syncs send fewer)
-        self._adapter_dir: Path | None = None  # the adapter the sampler holds (adapter syncs only)
-        self._adapter_cleanup: Callable[[], Any] | None = None  # removes that folder (now, or with the trainer)
-        self.pad_id = policy.tokenizer.pad_token_id
 
     # -- data order ---------------------------------------------------------------------
     def _problem(self, index: int) -> Task:
@@ -226,7 +239,6 @@ class RSFTTrainer:
         ceil(accepted / (64 x dp)) steps per sampled batch: each of dp ranks splits its share
         into mini-batches of 64; 0 = one step on the whole batch), then one sampler sync.
         Returns the token-weighted mean loss, trained tokens, dropped turns and seconds."""
-        import torch
 
         size = self.config.minibatch_trajectories * self.config.data_parallel or max(1, len(accepted))
         dropped, loss_tokens, total_tokens = 0, 0.0, 0
@@ -239,17 +251,7 @@ class RSFTTrainer:
                 dropped += d
             if not sequences:
                 continue
-            self.model.train()
-            self.optimizer.zero_grad(set_to_none=True)
-            loss, tokens = token_normalised_loss(self.model, sequences, self.config.micro_batch_sequences,
-                                                 self.pad_id, self.autocast,
-                                                 micro_batch_tokens=self.config.micro_batch_tokens,
-                                                 padding_mask=self.config.padding_mask,
-                                                 loss_chunk_tokens=self.config.loss_chunk_tokens)
-            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
-                                           self.config.max_grad_norm)
-            self.optimizer.step()
-            self.scheduler.step()
+            loss, tokens = self.ranks.step(sequences) if self.ranks is not None else self._optimiser_step(sequences)
             self.state.step += 1
             loss_tokens += loss * tokens
             total_tokens += tokens
@@ -259,6 +261,23 @@ class RSFTTrainer:
         release_freed_memory()  # the activations' and the merged weights' heap goes back to the system
         return loss_tokens / total_tokens, total_tokens, dropped, time.perf_counter() - t0
 
+    def _optimiser_step(self, sequences: list[tuple[list[int], list[int]]]) -> tuple[float, int]:
+        """One optimiser and warm-up step of the in-process model on a global mini-batch."""
+        import torch
+
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, tokens = token_normalised_loss(self.model, sequences, self.config.micro_batch_sequences,
+                                             self.pad_id, self.autocast,
+                                             micro_batch_tokens=self.config.micro_batch_tokens,
+                                             padding_mask=self.config.padding_mask,
+                                             loss_chunk_tokens=self.config.loss_chunk_tokens)
+        torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
+                                       self.config.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        return loss, tokens
+
     # -- weights ------------------------------------------------------------------------
     def merged_state_dict(self, lora_layers_only: bool = False) -> dict[str, Any]:
         """Full-model weights with any LoRA adapter merged in, without modifying the
@@ -266,6 +285,8 @@ class RSFTTrainer:
         the weights the adapter changes (the rest stays the base model's)."""
         import torch
 
+        if self.ranks is not None:  # full fine-tuning, gathered from the shards
+            return self.ranks.full_state_dict()
         if not self.config.lora:
             return {k: v.detach() for k, v in self.model.state_dict().items()}
         from peft.tuners.lora import LoraLayer
@@ -329,9 +350,13 @@ class RSFTTrainer:
         tmp = directory.with_name(directory.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self.model.save_pretrained(tmp / "weights")
-        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                    "sampler_version": self.sampler.version}, tmp / "optimizer.pt")
+        if self.ranks is not None:  # each rank writes its shards of the weights and of AdamW
+            self.ranks.save(tmp / "sharded")
+            torch.save({"sampler_version": self.sampler.version}, tmp / "optimizer.pt")
+        else:
+            self.model.save_pretrained(tmp / "weights")
+            torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                        "sampler_version": self.sampler.version}, tmp / "optimizer.pt")
         (tmp / "trainer_state.json").write_text(json.dumps({"schema_version": 1, "config": asdict(self.config),
                                                             **asdict(self.state)}))
         old = directory.with_name(directory.name + ".old")
@@ -349,7 +374,9 @@ class RSFTTrainer:
         if not directory.exists() and directory.with_name(directory.name + ".old").exists():
             directory = directory.with_name(directory.name + ".old")  # killed between the two renames
         weights = directory / "weights"
-        if self.config.lora:
+        if self.ranks is not None:
+            self.ranks.load(directory / "sharded")
+        elif self.config.lora:
             from peft import set_peft_model_state_dict
 
             set_peft_model_state_dict(self.model, load_file(weights / "adapter_model.safetensors"))
@@ -357,8 +384,9 @@ class RSFTTrainer:
             state = load_file(weights / "model.safetensors")
             self.model.load_state_dict(state, strict=False)
         extra = torch.load(directory / "optimizer.pt", weights_only=False)
-        self.optimizer.load_state_dict(extra["optimizer"])
-        self.scheduler.load_state_dict(extra["scheduler"])
+        if self.ranks is None:
+            self.optimizer.load_state_dict(extra["optimizer"])
+            self.scheduler.load_state_dict(extra["scheduler"])
         data = json.loads((directory / "trainer_state.json").read_text())
         self.state = TrainerState(data["problems_seen"], data["step"], data["batches"], list(data["rewards"]),
                                   int(data.get("sampled", 0)))

@@ -15,6 +15,7 @@ from whalekit.samplers.base import SamplingParams
 
 TRAIN_DTYPES = ("auto", "float32", "bfloat16")
 BACKENDS = ("peft", "unsloth", "auto")
+COMPUTE_DTYPES = ("bfloat16", "float32")  # of sharded ranks' gathered weights (whalekit.sharded_training)
 
 
 def check_choice(field: str, value: str, choices: tuple[str, ...]) -> None:
@@ -38,8 +39,13 @@ class RSFTConfig:
     # per sampled batch.
     minibatch_trajectories: int = 64
     # Data-parallel ranks the authors' trainer split a batch across (their launchers' trainer
-    # GPUs); whalekit trains on one device, so only the global mini-batch size follows from it.
+    # GPUs): the global mini-batch size follows from it, whatever `trainer_ranks` is.
     data_parallel: int = 1
+    # Trainer processes: 1 = the in-process trainer (the records' behaviour); N > 1 = N FSDP2
+    # ranks (whalekit.trainer_ranks; one per GPU on CUDA), float32 master weights sharded N ways,
+    # `sharded_compute_dtype` in forward and backward: full fine-tuning only (lora: false).
+    trainer_ranks: int = 1
+    sharded_compute_dtype: str = "bfloat16"  # bfloat16 (the paper's verl setting) | float32
     micro_batch_sequences: int = 8  # sequences per forward pass; gradients accumulate over a mini-batch
     # Padded tokens per forward pass (sequences x the longest of them), as well as the count
     # above: bounds a micro-batch's activations whatever the harness's prompt length. None: by
@@ -87,8 +93,12 @@ class RSFTConfig:
             raise ValueError("micro_batch_tokens must be positive or None (None: micro-batches by sequence count only)")
         if self.loss_chunk_tokens is not None and self.loss_chunk_tokens <= 0:
             raise ValueError("loss_chunk_tokens must be positive or None (None: the whole micro-batch's loss at once)")
-        if self.data_parallel < 1:
-            raise ValueError("data_parallel must be >= 1")
+        if self.data_parallel < 1 or self.trainer_ranks < 1:
+            raise ValueError("data_parallel and trainer_ranks must be >= 1")
+        check_choice("sharded_compute_dtype", self.sharded_compute_dtype, COMPUTE_DTYPES)
+        if self.trainer_ranks > 1 and self.lora:
+            raise ValueError(f"trainer_ranks={self.trainer_ranks} shards full fine-tuning (LoRA under FSDP2 is "
+                             "untested here): set rsft.lora=false, or rsft.trainer_ranks=1 for LoRA")
         if self.learning_rate <= 0 or self.reward_window <= 0:
             raise ValueError("learning_rate and reward_window must be positive")
         self.sampling = SamplingParams.of(self.sampling)

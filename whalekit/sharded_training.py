@@ -6,7 +6,8 @@ one GPU trains on N. Each rank trains on its share of the global mini-batch (`ra
 the RSFT loss of `rsft_loss`, normalised by the global trained tokens as `data_parallel_step`
 does; N ranks compute what one rank does on the whole mini-batch, up to float summation order
 (tests/test_sharded_training.py). Checkpoints and the sampler's full state dict:
-`whalekit.sharded_checkpoint`. Not wired into the RSFT trainer yet (docs/gpu.md).
+`whalekit.sharded_checkpoint`; the processes that run them for the RSFT trainer:
+`whalekit.trainer_ranks`.
 
     torch.distributed.init_process_group("gloo")          # or "nccl"; launched by torchrun
     model = shard_policy(model, ShardingConfig(compute_dtype="bfloat16"))
@@ -20,9 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from whalekit.data_parallel import Sequences, rank_share
+from whalekit.rsft_config import COMPUTE_DTYPES
 from whalekit.rsft_loss import micro_batch_indices, token_normalised_loss, trained_token_count
-
-COMPUTE_DTYPES = ("bfloat16", "float32")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ records of the old version then count for this code (`RunCode.changes_since`).
 What it proves is bounded by what the runs exercise: by default a smoke run of every method
 on math and of WHALE on chess and search QA (tiny random model, transformers sampler, every
 phase, the reflective proposer). `--cpu-math-rollouts N` adds a cpu-preset math WHALE run cut
-to N rollouts with SmolLM2 and the transformers sampler. Paths none of them take (vLLM, bf16
+to N rollouts with SmolLM2 and the transformers sampler (`--cpu-math-test-problems M`: its test
+evaluations on M problems instead of 64). Paths none of them take (vLLM, bf16
 autocast on another CPU kind) are not covered; the evidence names what was run.
 
     python -m whalekit.repro.code_equivalence --against 8e740fb --results results   # under the CPU lock
@@ -155,11 +156,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the smoke runs to compare (default: every method on math, WHALE on chess and search QA)")
     parser.add_argument("--cpu-math-rollouts", type=int, default=0,
                         help="also compare a cpu-preset math whale run cut to this many rollouts (SmolLM2, hf)")
+    parser.add_argument("--cpu-math-test-problems", type=int, default=None,
+                        help="test problems of that run (default: the preset's 64, 512 hf episodes per evaluation, "
+                             "over 15 min a side on 2 cores): fewer keep the proof short and change no other setting")
     args = parser.parse_args(argv)
     pairs = [tuple(r.split(":", 1)) for r in args.runs] if args.runs else list(SMOKE_RUNS)
     runs: list[tuple[str, str, str, tuple[str, ...]]] = [("smoke", domain, method, ()) for domain, method in pairs]
     if args.cpu_math_rollouts:
-        runs.append(("cpu", "math", "whale", ("--set", f"budget.rollouts={args.cpu_math_rollouts}")))
+        test = ("--set", f"n_test={args.cpu_math_test_problems}") if args.cpu_math_test_problems else ()
+        runs.append(("cpu", "math", "whale", ("--set", f"budget.rollouts={args.cpu_math_rollouts}", *test)))
     return 0 if prove(args.against, Path(args.results), runs) else 1
 
 
