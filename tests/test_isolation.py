@@ -81,6 +81,23 @@ def test_an_isolated_harness_passes_answer_choices_and_a_malformed_choice_list_i
             decode_request({"type": "generate", "messages": [], "settings": {**settings, "choices": bad}})
 
 
+def test_a_bad_message_from_a_harness_is_refused_naming_what_is_wrong() -> None:
+    """The text reaches a proposer's repair turn: it must say which field is wrong and why."""
+    from whalekit.isolation import decode_request
+
+    settings = {"max_new_tokens": 4, "stop": [], "prefill": ""}
+
+    def refusal(message: dict) -> str:
+        with pytest.raises(TypeError, match="bad message from harness") as caught:
+            decode_request({"type": "generate", "messages": [message], "settings": settings})
+        return str(caught.value)
+
+    assert refusal({"role": "user/few_shot", "content": "hi"}) == (
+        "bad message from harness: role 'user/few_shot' is not one of 'system', 'user', 'assistant'")
+    assert refusal({"role": "user", "content": ["hi"]}) == "bad message from harness: content is of type list, not str"
+    assert "role" in refusal({"content": 3}) and "content is of type int" in refusal({"content": 3})
+
+
 # Run without validation: the worker itself must hold even when the static checks are bypassed.
 @pytest.mark.parametrize(("body", "expected", "worker_dies"), [
     ("while True:\n    pass", "hook_timeout", False),

@@ -139,10 +139,19 @@ def validate_candidate(source: str, task: TaskView, limits: IsolationLimits | No
 
 
 # ---- wire format (plain JSON) -------------------------------------------------------------
+MESSAGE_ROLES = ("system", "user", "assistant")
+
+
 def _message(data: dict[str, Any]) -> Message:
-    if data.get("role") not in ("system", "user", "assistant") or not isinstance(data.get("content"), str):
-        raise TypeError(f"bad message from harness: role={data.get('role')!r}, content type "
-                        f"{type(data.get('content')).__name__} (must be str)")
+    """A message from the worker; what is wrong with a bad one is named (a proposer's repair
+    turn shows the model this text)."""
+    problems = []
+    if data.get("role") not in MESSAGE_ROLES:
+        problems.append(f"role {data.get('role')!r} is not one of {', '.join(map(repr, MESSAGE_ROLES))}")
+    if not isinstance(data.get("content"), str):
+        problems.append(f"content is of type {type(data.get('content')).__name__}, not str")
+    if problems:
+        raise TypeError("bad message from harness: " + "; ".join(problems))
     return Message(data["role"], data["content"], str(data.get("kind", "text")))
 
 
