@@ -109,6 +109,21 @@ def test_a_rank_that_fails_to_start_is_an_error_naming_it_and_no_rank_is_left(tm
     assert {p.pid for p in _children()} <= before
 
 
+def test_a_whale_run_trains_on_sharded_ranks_end_to_end(tmp_path):
+    """`--set rsft.trainer_ranks=2 --set rsft.lora=false` through the driver: every weight step
+    trains on the ranks, the run ends at its budget, and no rank is left after it."""
+    from whalekit.whale import resolve_config, run_method
+
+    before = {p.pid for p in _children()}
+    config = resolve_config("smoke", domain="toy", method="whale", runs_root=str(tmp_path),
+                            rsft={"lora": False, "trainer_ranks": 2, "sharded_compute_dtype": "float32"})
+    run = run_method(config, policy=load_policy("tiny-random"))
+    batches = run.events("rsft_batch")
+    assert batches and any(b["loss"] is not None and b["trained_tokens"] > 0 for b in batches)
+    assert run.events("run_end")[-1]["rollouts"] == run.events("run_end")[-1]["budget"]
+    assert {p.pid for p in _children()} <= before  # the driver's close() stopped them, not a collection
+
+
 DRIVER = """
 import sys, time
 from whalekit.model_files import resolve_model_dir

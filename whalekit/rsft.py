@@ -340,6 +340,11 @@ class RSFTTrainer:
             self._adapter_cleanup()  # the sampler holds the new adapter in memory: the previous folder goes now
         self._adapter_dir, self._adapter_cleanup = folder, cleanup
 
+    def close(self) -> None:
+        """Stop the sharded ranks, if any (the in-process trainer holds no process); idempotent."""
+        if self.ranks is not None:
+            self.ranks.close()
+
     # -- checkpoints --------------------------------------------------------------------
     def save_checkpoint(self, directory: Path) -> None:
         """Weights (PEFT adapter or HF model), optimiser, scheduler and data position,

@@ -75,4 +75,4 @@ class RSFTPhase:
                     shutil.rmtree(old, ignore_errors=True)
 
     def close(self) -> None:
-        pass
+        self.trainer.close()
