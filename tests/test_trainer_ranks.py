@@ -103,25 +103,29 @@ def test_a_run_resumes_from_the_ranks_sharded_checkpoint_as_if_never_stopped(tmp
 
 def test_a_rank_that_fails_to_start_is_an_error_naming_it_and_no_rank_is_left(tmp_path):
     config = RSFTConfig(**SHARDED)
-    before = {p.pid for p in _children()}
+    before = {p.pid for p in _spawned_children()}
     with pytest.raises(RankFailedError, match=r"trainer rank \d failed during 'ready'"):
         TrainerRanks(tmp_path / "no-model-here", config, pad_id=0)
-    assert {p.pid for p in _children()} <= before
+    assert {p.pid for p in _spawned_children()} <= before
 
 
-def test_a_whale_run_trains_on_sharded_ranks_end_to_end(tmp_path):
+def test_a_whale_run_trains_on_sharded_ranks_end_to_end(tmp_path, monkeypatch):
     """`--set rsft.trainer_ranks=2 --set rsft.lora=false` through the driver: every weight step
-    trains on the ranks, the run ends at its budget, and no rank is left after it."""
+    trains on the ranks, the run ends at its budget, and no rank is left after it. The random
+    model solves no toy problem (nor gives an answer h0 parses), so the verifier accepts all."""
+    from whalekit.domains.base import Verdict
+    from whalekit.domains.toy import ToyDomain
     from whalekit.whale import resolve_config, run_method
 
-    before = {p.pid for p in _children()}
+    monkeypatch.setattr(ToyDomain, "verify", lambda self, task, answer: Verdict(True, 1.0, {"format_valid": True}))
+    before = {p.pid for p in _spawned_children()}
     config = resolve_config("smoke", domain="toy", method="whale", runs_root=str(tmp_path),
                             rsft={"lora": False, "trainer_ranks": 2, "sharded_compute_dtype": "float32"})
     run = run_method(config, policy=load_policy("tiny-random"))
     batches = run.events("rsft_batch")
     assert batches and any(b["loss"] is not None and b["trained_tokens"] > 0 for b in batches)
     assert run.events("run_end")[-1]["rollouts"] == run.events("run_end")[-1]["budget"]
-    assert {p.pid for p in _children()} <= before  # the driver's close() stopped them, not a collection
+    assert {p.pid for p in _spawned_children()} <= before  # the driver's close() stopped them, not a collection
 
 
 DRIVER = """
@@ -154,8 +158,10 @@ def test_the_ranks_die_with_a_driver_that_is_sigkilled():
         driver.wait()
 
 
-def _children():
+def _spawned_children():
+    """This process's live children started by multiprocessing's spawn (trainer ranks; not its
+    resource tracker, which multiprocessing keeps for the life of the process)."""
     import psutil
 
     return [p for p in psutil.Process(os.getpid()).children(recursive=True) if p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE]
+            and p.status() != psutil.STATUS_ZOMBIE and "multiprocessing.spawn" in " ".join(p.cmdline())]
