@@ -2,9 +2,12 @@
 importable, else transformers, said so), one RSFT step (full fine-tuning, then LoRA), the
 weight sync after each, and a rollout after the sync; prints sampling tokens/s, training
 tokens/s and the sync time; where 2 GPUs exist, a full step on 2 sharded trainer ranks
-(`--trainer-ranks`). Then (`--ray-replicas 2`, the default) the Ray backend: two
-sampler replicas as Ray actors sharing the GPU, their rollout and a weight broadcast. Sized
-to finish in well under 9 minutes on one H200.
+(`--trainer-ranks`); a tiny Qwen3.5 in its released conditional layout through the same
+sample / step / sync; the dense retriever built and searched on GPU FAISS
+(`--dense-passages`). Then (`--ray-replicas 2`, the default) the Ray backend: two sampler
+replicas as Ray actors sharing the GPU, their rollout and a weight broadcast. Untimed on a
+GPU since the last three cases were added (no GPU lent since); before them it finished in
+well under 9 minutes on one H200.
 
 The device machine reaches no network, so the model is built there: SmolLM2-135M's config
 and tokenizer (prepared here, carried, a few MB) with random weights, which cost the same
@@ -23,6 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for rollout_throughput's harness
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # paper_models' tiny Qwen3.5
 
 SHAPE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
                "special_tokens_map.json", "chat_template.jinja")
@@ -135,6 +139,92 @@ def rsft_step(policy, domain, tasks, trajectories, lora: bool, ranks: int = 1) -
     torch.cuda.empty_cache()
 
 
+def paper_architecture(tokenizer, domain, runtime, tasks, args) -> None:
+    """Qwen3.5's released layout in small (tests/paper_models.py: hybrid Gated DeltaNet / full
+    attention, a vision tower): built here, sampled (vLLM where it takes it, else transformers),
+    one full RSFT step and its sync, greedy outputs compared before and after, time and memory."""
+    import torch
+    from paper_models import tiny_model
+
+    from whalekit.models import Policy, cache_dir
+
+    path = cache_dir() / "models" / "tiny-qwen3_5"
+    if not (path / "config.json").exists():
+        tiny_model("qwen3_5", tokenizer).save_pretrained(path, safe_serialization=True)
+        tokenizer.save_pretrained(path)
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        sampler, model = make_sampler(path, tokenizer, args)
+    except Exception as exc:  # vLLM may not take the conditional layout: say so, then use transformers
+        print(f"qwen3_5 (tiny): vLLM failed ({type(exc).__name__}: {str(exc)[:300]}); transformers instead")
+        sampler, model = make_sampler(path, tokenizer, argparse.Namespace(**{**vars(args), "hf": True}))
+    policy = Policy(str(path), path, tokenizer, model, sampler)
+    probe = [probe_request(tokenizer, t) for t in tasks[:8]]
+    from whalekit.samplers import SamplingParams
+
+    before = [c.token_ids for c in sampler.generate(probe, SamplingParams(0.0))]
+    trajectories = timed_rollout(domain, runtime, tasks[:64], sampler, "qwen3_5 (tiny) rollout")
+    rsft_step(policy, domain, tasks, trajectories, lora=False)
+    after = [c.token_ids for c in sampler.generate(probe, SamplingParams(0.0))]
+    print(f"qwen3_5 (tiny): greedy outputs changed by the sync: {sum(a != b for a, b in zip(after, before))}/"
+          f"{len(probe)}; peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+    sampler.close()
+    torch.cuda.empty_cache()
+
+
+def probe_request(tokenizer, task):
+    """A 16-token greedy probe of `task`'s question: its outputs show whether a sync took."""
+    from whalekit.samplers import GenerationRequest
+
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": task.inputs["question"]}],
+                                        add_generation_prompt=True, tokenize=True, return_dict=False)
+    return GenerationRequest(ids, 16)
+
+
+def dense_retriever(tokenizer, passages: int) -> None:
+    """The dense retriever on GPU FAISS: a synthetic corpus of `passages` rows in wiki-18's
+    format, a tiny random e5-style encoder, the index built on the GPU, reopened from disk onto
+    GPU FAISS, and 256 searches timed."""
+    import json
+    import random
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from whalekit.domains.searchqa.dense import DenseIndex, build_dense_index
+    from whalekit.models import cache_dir
+
+    root = cache_dir() / "gpu-check-dense"
+    root.mkdir(parents=True, exist_ok=True)
+    words = [w for w in tokenizer.get_vocab() if w.isalpha()][:5000]
+    rng = random.Random(0)
+    corpus = root / "corpus.jsonl"
+    with open(corpus, "w") as handle:
+        for i in range(passages):
+            text = " ".join(rng.choice(words) for _ in range(60))
+            handle.write(json.dumps({"id": str(i), "contents": f'"title {i}"\n{text}'}) + "\n")
+    encoder = root / "tiny-encoder"
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=128, max_position_embeddings=512)).save_pretrained(encoder)
+    tokenizer.save_pretrained(encoder)
+    torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    folder = build_dense_index(corpus, encoder, root / "index", batch_size=256, max_length=128, device="cuda")
+    built = time.perf_counter() - start
+    try:
+        index, where = DenseIndex.open(folder, device="cuda", gpu=True), "GPU FAISS"
+    except Exception as exc:  # faiss-cpu only: say so
+        index, where = DenseIndex.open(folder, device="cuda"), f"CPU FAISS ({type(exc).__name__}: {exc})"
+    queries = [" ".join(rng.choice(words) for _ in range(8)) for _ in range(256)]
+    start = time.perf_counter()
+    hits = [index.search(q, k=5) for q in queries]
+    searched = time.perf_counter() - start
+    print(f"dense retriever: {passages} passages encoded and indexed in {built:.1f} s; {len(queries)} searches on "
+          f"{where} in {searched:.2f} s ({sum(map(len, hits))} hits); peak GPU memory "
+          f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+
+
 def ray_replicas(path: Path, domain, runtime, tasks, reference: list, replicas: int, args) -> None:
     """`backend: ray` with `replicas` vLLM (or transformers) replicas sharing this GPU as
     Ray actors: the same rollout as the local sampler's (same trajectories: per-episode
@@ -202,6 +292,10 @@ def main() -> None:
     parser.add_argument("--hf", action="store_true", help="use the transformers sampler even if vLLM is there")
     parser.add_argument("--trainer-ranks", type=int, default=2,
                         help="sharded trainer ranks (rsft.trainer_ranks) for a full step, where that many GPUs exist")
+    parser.add_argument("--no-paper-architecture", dest="paper_architecture", action="store_false",
+                        help="skip the tiny Qwen3.5 (conditional layout) sample / step / sync case")
+    parser.add_argument("--dense-passages", type=int, default=20000,
+                        help="dense retriever case: synthetic passages to index on the GPU (0: skip)")
     parser.add_argument("--ray-replicas", type=int, default=2, help="Ray backend case: replicas on this GPU (0: skip)")
     args = parser.parse_args()
     if args.prepare:
@@ -214,7 +308,7 @@ def main() -> None:
     from whalekit.domains.base import get_domain
     from whalekit.engine import InProcessHarness
     from whalekit.models import Policy, cache_dir, load_tokenizer
-    from whalekit.samplers import GenerationRequest, SamplingParams
+    from whalekit.samplers import SamplingParams
 
     if not torch.cuda.is_available():
         sys.exit("gpu_check: no CUDA device visible")
@@ -232,9 +326,7 @@ def main() -> None:
     harness.new_tokens = args.new_tokens
     runtime = InProcessHarness(harness)
 
-    probe = [GenerationRequest(tokenizer.apply_chat_template([{"role": "user", "content": t.inputs["question"]}],
-                                                             add_generation_prompt=True, tokenize=True,
-                                                             return_dict=False), 16) for t in tasks[:8]]
+    probe = [probe_request(tokenizer, t) for t in tasks[:8]]
     before = [c.token_ids for c in sampler.generate(probe, SamplingParams(0.0))]
     timed_rollout(domain, runtime, tasks[:8], sampler, "warm-up rollout")
     trajectories = timed_rollout(domain, runtime, tasks, sampler, "rollout before training")
@@ -250,6 +342,10 @@ def main() -> None:
               "NCCL takes one rank per GPU)")
     print(f"peak GPU memory allocated in this process: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
     sampler.close()
+    if args.paper_architecture:
+        paper_architecture(tokenizer, domain, runtime, tasks, args)
+    if args.dense_passages:
+        dense_retriever(tokenizer, args.dense_passages)
     if args.ray_replicas:
         # the replicas start from the weights on disk: compare with the rollout before training
         del after_sync
