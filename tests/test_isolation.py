@@ -149,7 +149,7 @@ def test_a_harness_returning_wrong_types_is_an_episode_error() -> None:
     source = _hook("return 42").replace("        return 'ok'\n", "")
     with IsolatedHarness(source, FAST) as runtime:
         request = runtime.new_episode(TASK).begin()
-    assert isinstance(request, Finished) and "content type int" in (request.error or "")
+    assert isinstance(request, Finished) and "content is of type int, not str" in (request.error or "")
 
 
 def test_isolation_none_runs_trusted_code_in_a_plain_subprocess_and_warns_loudly() -> None:
