@@ -69,3 +69,11 @@ class BF16AdamW(torch.optim.Optimizer):
                 else:
                     p.copy_(value)
         return loss
+
+
+def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The RSFT trainer's learning-rate schedule: linear warm-up over `warmup_steps` optimiser
+    steps, then constant (WHALE calls the trainer in short stages). One rule for the in-process
+    trainer and the sharded ranks (whalekit.trainer_ranks)."""
+    warmup = max(1, warmup_steps)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))

@@ -145,6 +145,8 @@ class RSFTTrainer:
         """The trainer's model (LoRA or full), optimiser and warm-up schedule in this process."""
         import torch
 
+        from whalekit.optim import BF16AdamW, warmup_schedule
+
         if self.backend == "unsloth":
             model = _unsloth_lora(path, self.train_dtype, config)
         else:
@@ -161,14 +163,11 @@ class RSFTTrainer:
         self.autocast = config.bf16_autocast and bf16_supported()
         params = [p for p in model.parameters() if p.requires_grad]
         if any(p.dtype == torch.bfloat16 for p in params):
-            from whalekit.optim import BF16AdamW
-
             self.optimizer: torch.optim.Optimizer = BF16AdamW(params, lr=config.learning_rate,
                                                               weight_decay=config.weight_decay, seed=config.seed)
         else:
             self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps)))
+        self.scheduler = warmup_schedule(self.optimizer, config.warmup_steps)
 
     # -- data order ---------------------------------------------------------------------
     def _problem(self, index: int) -> Task:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import traceback
 import weakref
 from multiprocessing.connection import wait
@@ -35,6 +34,7 @@ from typing import Any
 
 from whalekit.lifetime import die_with_parent
 from whalekit.models import load_model
+from whalekit.proposer_server import free_port
 from whalekit.rsft_config import RSFTConfig
 from whalekit.sharded_checkpoint import full_state_dict, load_sharded_checkpoint, save_sharded_checkpoint
 from whalekit.sharded_training import ShardingConfig, shard_policy, sharded_step
@@ -49,13 +49,6 @@ class RankFailedError(RuntimeError):
     """A trainer rank raised or died; the message carries its traceback or exit code."""
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (the ranks' rendezvous)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class TrainerRanks:
     """N sharded trainer ranks for one RSFT trainer (module docstring). Full fine-tuning only:
     LoRA adapters under FSDP2 are untested here, so `RSFTConfig` refuses the combination."""
@@ -68,7 +61,7 @@ class TrainerRanks:
             raise ValueError(f"TrainerRanks needs rsft.trainer_ranks >= 2, got {config.trainer_ranks}")
         self.world = config.trainer_ranks
         context = mp.get_context("spawn")
-        port = free_port()
+        port = free_port()  # the ranks' rendezvous on 127.0.0.1
         self._pipes: list[Any] = []  # the driver's ends of the ranks' pipes (multiprocessing Connections)
         self._processes: list[Any] = []
         for rank in range(self.world):
@@ -196,6 +189,7 @@ class _RankState:
         import torch
         import torch.distributed as dist
 
+        from whalekit.optim import warmup_schedule
 
         self.config, self.pad_id, self.rank = config, pad_id, rank
         if device_type == "cuda":
@@ -211,8 +205,7 @@ class _RankState:
         self.model = shard_policy(model, ShardingConfig(config.sharded_compute_dtype, config.gradient_checkpointing))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate,
                                            weight_decay=config.weight_decay)
-        warmup = max(1, config.warmup_steps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: min(1.0, (s + 1) / warmup))
+        self.scheduler = warmup_schedule(self.optimizer, config.warmup_steps)
 
     def run(self, name: str, payload: Any) -> Any:
         if name == "step":
@@ -243,4 +236,4 @@ class _RankState:
             dist.destroy_process_group()
 
 
-__all__ = ["RankFailedError", "TrainerRanks", "free_port"]
+__all__ = ["RankFailedError", "TrainerRanks"]
