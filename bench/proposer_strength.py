@@ -5,7 +5,8 @@ search split (336 rollouts: the first round also scores the incoming harness); t
 accepted harness is evaluated once on the test split (64 problems x 8 samples).
 
 Proposers: `reflective` (the offline catalogue proposer every cpu record used), `local`
-(Qwen2.5-Coder-1.5B-Instruct writing code through llama.cpp), `random-catalogue` (random
+(Qwen2.5-Coder-1.5B-Instruct writing code through llama.cpp), `local-0.5b` (the same proposer
+on Qwen2.5-Coder-0.5B-Instruct), `random-catalogue` (random
 mechanism sets: the control), and `none` (no search: h0's own test score, from the same runs'
 initial evaluation). Each run is a real `whalekit run` (harness_only, `--set proposer=...`,
 `--set budget.rollouts=...`), in its own process under the caller's CPU lock; its summary is
@@ -41,7 +42,12 @@ from whalekit.report.run_summaries import load_run
 from whalekit.repro.code_identity import RunCode
 from whalekit.runs import RunDir
 
-PROPOSERS = ("reflective", "local", "random-catalogue")
+# label -> (the whalekit proposer it runs, extra `--set` overrides): the 0.5B coder is the same
+# `local` proposer on the smaller model of whalekit.proposer_models
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "reflective": ("reflective", []), "local": ("local", []), "random-catalogue": ("random-catalogue", []),
+    "local-0.5b": ("local", ["proposer_options.model=qwen2.5-coder-0.5b"])}
+PROPOSERS = tuple(VARIANTS)
 CANDIDATES_PER_ROUND, SEARCH_PROBLEMS = 2, 48
 
 
@@ -58,7 +64,8 @@ def record_path(results: Path, domain: str, proposer: str, iterations: int, seed
 def run_command(domain: str, proposer: str, seed: int, iterations: int, runs_root: Path) -> list[str]:
     return [sys.executable, "-m", "whalekit.cli", "run", "--domain", domain, "--method", "harness_only",
             "--preset", "cpu", "--seed", str(seed), "--runs-root", str(runs_root / proposer / f"i{iterations}"),
-            "--set", f"proposer={proposer}", "--set", f"budget.rollouts={budget_for(iterations)}"]
+            "--set", f"proposer={VARIANTS[proposer][0]}", "--set", f"budget.rollouts={budget_for(iterations)}",
+            *[flag for setting in VARIANTS[proposer][1] for flag in ("--set", setting)]]
 
 
 def summarise(run_dir: Path, domain: str, proposer: str, seed: int, iterations: int, wall_s: float,
@@ -70,7 +77,7 @@ def summarise(run_dir: Path, domain: str, proposer: str, seed: int, iterations: 
     archive = Archive.open(archive_folders(run_dir / "archive")[-1], domain)  # harness-only: one round
     version = archive.latest_weights_version()
     mechanisms = get_domain(domain, **run.config.get("domain_options", {})).mechanisms()
-    ledger = [e for e in Ledger.for_archive(archive).events() if e["proposer"] == proposer]
+    ledger = [e for e in Ledger.for_archive(archive).events() if e["proposer"] == VARIANTS[proposer][0]]
     costs = {e["id"]: e for e in ledger if e["kind"] == "candidate"}
     candidates = []
     for entry in archive.entries():
@@ -114,7 +121,8 @@ def summarise(run_dir: Path, domain: str, proposer: str, seed: int, iterations: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--domains", nargs="+", default=["searchqa", "math", "chess"])
-    parser.add_argument("--proposers", nargs="+", default=list(PROPOSERS), choices=PROPOSERS)
+    parser.add_argument("--proposers", nargs="+", default=["reflective", "local", "random-catalogue"],
+                        choices=PROPOSERS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--iterations", type=int, default=3, help="search rounds of 2 candidates (cpu WHALE: 3)")
     parser.add_argument("--runs-root", default="runs/proposers")

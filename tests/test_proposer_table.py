@@ -52,3 +52,28 @@ def test_the_local_model_becomes_the_default_only_where_its_seeds_beat_reflectiv
     one_seed = [r for r in better if r["seed"] == 0]
     text = "\n".join(decision(one_seed))
     assert "**reflective stays the cpu default**" in text and "one seed: not decidable" in text
+
+
+def test_the_half_size_coder_gets_its_own_row_and_its_own_decision():
+    records = [_record(p, s, f) for s in range(3)
+               for p, f in (("reflective", 0.5), ("local", 0.5 + 0.01 * s), ("local-0.5b", 0.25 + 0.01 * s))]
+    text = markdown(records)
+    rows = [line.split("|")[2].strip() for line in text.splitlines() if line.startswith("| math")]
+    assert rows == ["no search (h0)", "reflective", "local", "local-0.5b"]
+    assert "`local` replaces `reflective`" in text and "`local-0.5b` replaces `reflective`" in text
+    assert "local-0.5b − reflective = -24.0 [-26.5, -21.5] n=3" in text
+
+
+def test_the_strength_bench_runs_the_half_size_coder_as_the_local_proposer_on_the_smaller_model():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "proposer_strength", Path(__file__).resolve().parents[1] / "bench" / "proposer_strength.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    command = bench.run_command("math", "local-0.5b", 1, 3, Path("runs/proposers"))
+    settings = [command[i + 1] for i, flag in enumerate(command) if flag == "--set"]
+    assert "proposer=local" in settings and "proposer_options.model=qwen2.5-coder-0.5b" in settings
+    assert str(Path("runs/proposers/local-0.5b/i3")) in command, "its runs sit apart from the 1.5B model's"
+    assert "proposer_options.model=qwen2.5-coder-0.5b" not in bench.run_command("math", "local", 1, 3, Path("r"))

@@ -7,6 +7,9 @@ Why generated: the records arrive in chunks; the table and the decision it suppo
 proposer the cpu preset uses) must always say exactly what is recorded, with n.
 
     python -m whalekit.report.proposer_table --results results/proposers --out docs/proposers.md
+    # with the full WHALE runs with proposer=local beside the reproduction's (exported with
+    # whalekit.repro.results.export_run(run_dir, "results/whale-local")):
+    python -m whalekit.report.proposer_table --whale-local results/whale-local --whale-reference results
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from whalekit.report.run_summaries import RunSummary, main_runs
+from whalekit.report.stage_effects import lever_totals
 from whalekit.report.stats import Interval, paired_difference, seed_interval
 
 NO_SEARCH = "none"
-ORDER = (NO_SEARCH, "reflective", "random-catalogue", "local")
+ORDER = (NO_SEARCH, "reflective", "random-catalogue", "local", "local-0.5b")
 BASELINE = "reflective"
+LOCAL = ("local", "local-0.5b")  # the code models (bench/proposer_strength.VARIANTS): 1.5B and 0.5B
 
 
 def load_records(results: Path) -> list[dict[str, Any]]:
@@ -121,7 +127,56 @@ def decision(records: Sequence[dict[str, Any]], iterations: int = 3, candidate: 
             f"{domains} domain(s); {candidate} beats {BASELINE} on {wins}. {verdict}.", "", *lines, ""]
 
 
-def markdown(records: Sequence[dict[str, Any]]) -> str:
+def _whale_cells(runs: Sequence[RunSummary]) -> tuple[str, str, str, str]:
+    """(seeds, test initial -> final, harness-stage change, weight-stage change) of WHALE runs,
+    in points: per seed, and their mean where there are several."""
+
+    def show(values: list[float]) -> str:
+        shown = " / ".join(f"{100 * v:+.1f}" for v in values)
+        return shown if len(values) < 2 else f"{100 * sum(values) / len(values):+.1f} (seeds {shown})"
+
+    seeds = ", ".join(str(r.seed) for r in runs)
+    test = " / ".join(f"{100 * r.initial['mean_at_k']:.1f} → {100 * r.final['mean_at_k']:.1f}" for r in runs)
+    return (seeds, test, show([lever_totals(r).get("harness", 0.0) for r in runs]),
+            show([lever_totals(r).get("weight", 0.0) for r in runs]))
+
+
+def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cpu") -> list[str]:
+    """Issue 51's last check: full cpu WHALE runs with `proposer=local` (under
+    `local_root/<preset>/<domain>/`) beside the reflective records of the same preset
+    (`reference_root`), each run's test change split over its harness and weight stages
+    (whalekit.report.stage_effects); [] when no local run is recorded."""
+    local = [r for r in main_runs(local_root, preset) if r.method == "whale"] if Path(local_root).exists() else []
+    if not local:
+        return []
+    reference = [r for r in main_runs(reference_root, preset) if r.method == "whale"]
+    lines = ["## Full cpu WHALE runs with the local proposer", "",
+             f"`whalekit run --domain D --method whale --preset {preset} --set proposer=local` (records under "
+             f"`{local_root}`), beside the `{preset}` reproduction's WHALE runs (proposer `reflective`, under "
+             f"`{reference_root}`): same preset, budget, schedule and policy; only the proposer differs. A stage's "
+             "change is the test mean after it minus the one before (mean@2 between stages, mean@8 at the ends), "
+             "summed over the run's stages of that kind. One local seed per domain is a description of that run, "
+             "not a verdict: the reflective runs' harness stages alone vary by several points between seeds.", "",
+             "| domain | proposer | seeds | test, initial → final (%) | harness stages (points) "
+             "| weight stages (points) | proposer model | wall |", "| --- " * 8 + "|"]
+    for domain in sorted({r.domain for r in local}):
+        for name, runs in (("reflective", [r for r in reference if r.domain == domain]),
+                           ("local", [r for r in local if r.domain == domain])):
+            if not runs:
+                continue
+            runs = sorted(runs, key=lambda r: r.seed)
+            seeds, test, harness, weight = _whale_cells(runs)
+            model = (runs[0].config.get("proposer_options") or {}).get("model", "qwen2.5-coder-1.5b") \
+                if name == "local" else "—"
+            wall = " / ".join(f"{float((r.end or {}).get('wall_s') or 0) / 60:.0f} min" for r in runs)
+            lines.append(f"| {domain} | {name} | {seeds} | {test} | {harness} | {weight} | {model} | {wall} |")
+    return [*lines, ""]
+
+
+def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
+             whale_reference: Path | None = None) -> str:
+    """The whole page: the strength table per search length, the default-proposer decision,
+    the full WHALE runs with the local proposer (when `whale_local` holds some), a few diffs."""
     if not records:
         return "# Proposer strength\n\nNo record yet: run `bench/proposer_strength.py`.\n"
     kinds = sorted({str(r["cpu_kind"]) for r in records})
@@ -132,12 +187,14 @@ def markdown(records: Sequence[dict[str, Any]]) -> str:
              "wheel's Q4_1 GGUF, dequantised by transformers), starting harness h0_cpu, 2 candidates per round on "
              f"the 48-problem search split; test: 64 problems × 8 samples, once, at the end. CPU kinds: "
              f"{'; '.join(kinds)}.", "",
-             "*valid*: candidates that passed validation (and, for `local`, at most 2 repairs) over all attempts; "
+             "*local*: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, llama.cpp); *local-0.5b*: the same proposer on "
+             "Qwen2.5-Coder-0.5B-Instruct. *valid*: candidates that passed validation (and, for the local models, at "
+             "most 2 repairs) over all attempts; "
              "*novel*: valid candidates holding code no catalogue composition of their parent has "
              "(`whalekit.proposers.novelty`); *best search*: the best search-split score seen, mean over seeds (%); "
              "*test*: the accepted harness's test mean@8 (%), 95 % t-interval over seeds, per-seed values; "
-             "*vs reflective*: paired per seed; *s / candidate*: wall seconds per attempt (for `local`, the model's "
-             "own; for the others, the propose phase); *tokens out*: per valid candidate.", ""]
+             "*vs reflective*: paired per seed; *s / candidate*: wall seconds per attempt (for the local models, "
+             "the model's own; for the others, the propose phase); *tokens out*: per valid candidate.", ""]
     for iterations in sorted({int(r["iterations"]) for r in records}):
         lines += [f"## {iterations} search rounds ({iterations * 2} candidates)", "",
                   "| domain | proposer | valid | novel | best search | test | per seed | vs reflective "
@@ -152,16 +209,21 @@ def markdown(records: Sequence[dict[str, Any]]) -> str:
         lines += ["Seeds recorded: " + "; ".join(f"{d} {p}: {', '.join(map(str, sorted(s)))}"
                                                  for (d, p), s in sorted(seeds.items())), ""]
     if 3 in {int(r["iterations"]) for r in records}:
-        lines += decision(records)
+        candidates = [p for p in LOCAL if any(r["proposer"] == p for r in records)] or ["local"]
+        lines += [line for candidate in candidates for line in decision(records, candidate=candidate)]
     codes = defaultdict(list)
     for r in records:
         codes[(str(r.get("commit", "?"))[:7], str(r.get("run_code_source_sha256", "?"))[:12])].append(
             f"{r['domain']} {r['proposer']} s{r['seed']} i{r['iterations']}")
     lines += ["Code that made the records (commit, run-code source hash): " + "; ".join(
         f"{commit} / {source}: {', '.join(sorted(names))}" for (commit, source), names in sorted(codes.items())), ""]
-    shown = [r for r in records if r["proposer"] == "local" and r.get("accepted_diff") and not r["accepted_is_seed"]]
-    if shown:
-        lines += ["## Accepted harnesses the local model wrote (diff against h0_cpu)", ""]
+    if whale_local is not None:
+        lines += whale_runs_section(whale_local, whale_reference or Path("results"))
+    for model in LOCAL:
+        shown = [r for r in records if r["proposer"] == model and r.get("accepted_diff") and not r["accepted_is_seed"]]
+        if not shown:
+            continue
+        lines += [f"## Accepted harnesses `{model}` wrote (diff against h0_cpu)", ""]
         for record in shown[:3]:
             lines += [f"{record['domain']}, seed {record['seed']}, {record['iterations']} rounds: test "
                       f"{100 * record['test']['initial']:.1f} → {100 * record['test']['final']:.1f} "
@@ -174,9 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m whalekit.report.proposer_table",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default="results/proposers")
+    parser.add_argument("--whale-local", default="results/whale-local",
+                        help="records of full WHALE runs with proposer=local (<root>/<preset>/<domain>/<run>)")
+    parser.add_argument("--whale-reference", default="results", help="the reproduction's records beside them")
     parser.add_argument("--out", default="docs/proposers.md")
     args = parser.parse_args(argv)
-    Path(args.out).write_text(markdown(load_records(Path(args.results))) + "\n", encoding="utf-8")
+    text = markdown(load_records(Path(args.results)), Path(args.whale_local), Path(args.whale_reference))
+    Path(args.out).write_text(text + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
 
