@@ -77,3 +77,22 @@ def test_the_strength_bench_runs_the_half_size_coder_as_the_local_proposer_on_th
     assert "proposer=local" in settings and "proposer_options.model=qwen2.5-coder-0.5b" in settings
     assert str(Path("runs/proposers/local-0.5b/i3")) in command, "its runs sit apart from the 1.5B model's"
     assert "proposer_options.model=qwen2.5-coder-0.5b" not in bench.run_command("math", "local", 1, 3, Path("r"))
+
+
+def test_full_whale_runs_with_the_local_proposer_sit_beside_the_reproductions_split_by_lever(tmp_path):
+    from run_fixtures import write_run
+
+    from whalekit.report.proposer_table import whale_runs_section
+
+    local, reference = tmp_path / "local", tmp_path / "reference"
+    write_run(local, "whale", [0.25, 0.5, 0.375, 0.75])  # weight +25, harness -12.5, weight +37.5 points
+    write_run(reference, "whale", [0.25, 0.5, 0.625, 0.75], seed=0)  # harness +12.5
+    write_run(reference, "whale", [0.25, 0.5, 0.5, 0.75], seed=1)  # harness 0
+    write_run(reference, "weight_only", [0.25, 0.75], seed=0)  # not a WHALE run: left out
+    rows = {line.split("|")[2].strip(): line for line in whale_runs_section(local, reference, preset="smoke")
+            if line.startswith("| toy")}
+    assert set(rows) == {"reflective", "local"}
+    # the fixture's one search round logs no evaluated candidate, of the smoke preset's 2 a round
+    assert "| 0 | 25.0 → 75.0 | -12.5 | +62.5 | 0/2 | qwen2.5-coder-1.5b |" in rows["local"]
+    assert "| 0, 1 | 25.0 → 75.0 / 25.0 → 75.0 | +6.2 (seeds +12.5 / +0.0) |" in rows["reflective"]
+    assert whale_runs_section(tmp_path / "none", reference, preset="smoke") == []

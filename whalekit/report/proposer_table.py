@@ -127,6 +127,14 @@ def decision(records: Sequence[dict[str, Any]], iterations: int = 3, candidate: 
             f"{domains} domain(s); {candidate} beats {BASELINE} on {wins}. {verdict}.", "", *lines, ""]
 
 
+def _evaluated(run: RunSummary) -> str:
+    """Candidates the run's search evaluated over the slots it had (the rest failed validation,
+    and for the local model its repairs), from its search_iteration events."""
+    iterations = run.of("search_iteration")
+    slots = len(iterations) * int((run.config.get("search") or {}).get("candidates_per_iteration", 1))
+    return f"{sum(int(e.get('candidates_evaluated', 0)) for e in iterations)}/{slots}"
+
+
 def _whale_cells(runs: Sequence[RunSummary]) -> tuple[str, str, str, str]:
     """(seeds, test initial -> final, harness-stage change, weight-stage change) of WHALE runs,
     in points: per seed, and their mean where there are several."""
@@ -158,7 +166,7 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
              "summed over the run's stages of that kind. One local seed per domain is a description of that run, "
              "not a verdict: the reflective runs' harness stages alone vary by several points between seeds.", "",
              "| domain | proposer | seeds | test, initial → final (%) | harness stages (points) "
-             "| weight stages (points) | proposer model | wall |", "| --- " * 8 + "|"]
+             "| weight stages (points) | candidates evaluated | proposer model | wall |", "| --- " * 9 + "|"]
     for domain in sorted({r.domain for r in local}):
         for name, runs in (("reflective", [r for r in reference if r.domain == domain]),
                            ("local", [r for r in local if r.domain == domain])):
@@ -169,7 +177,9 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
             model = (runs[0].config.get("proposer_options") or {}).get("model", "qwen2.5-coder-1.5b") \
                 if name == "local" else "—"
             wall = " / ".join(f"{float((r.end or {}).get('wall_s') or 0) / 60:.0f} min" for r in runs)
-            lines.append(f"| {domain} | {name} | {seeds} | {test} | {harness} | {weight} | {model} | {wall} |")
+            evaluated = " / ".join(_evaluated(r) for r in runs)
+            lines.append(f"| {domain} | {name} | {seeds} | {test} | {harness} | {weight} | {evaluated} | {model} "
+                         f"| {wall} |")
     return [*lines, ""]
 
 
