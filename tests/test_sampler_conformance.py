@@ -185,6 +185,38 @@ def test_weight_sync_rejects_a_state_dict_missing_tensors(sampler, reference_mod
     assert sampler.version == version
 
 
+def test_a_sync_in_buckets_of_whole_layers_is_one_sync_with_the_whole_state_dicts_outputs(sampler, reference_model):
+    """What a sharded trainer sends (TrainerRanks.state_dict_buckets): the weights a bucket of
+    layers at a time, several buckets, one version; a layer that never arrives is an error."""
+    import torch
+
+    from whalekit.sharded_checkpoint import bucket_plan
+
+    requests = [GenerationRequest(p, 12) for p in _prompts(sampler.tokenizer, 3)]
+    original = {k: v.detach().clone() for k, v in reference_model.state_dict().items()}
+    torch.manual_seed(2)
+    perturbed = {k: v + 0.5 * torch.randn_like(v) if v.ndim == 2 else v for k, v in original.items()}
+    # the tiny model ties its head to its embeddings: one tensor, which the buckets send once
+    assert reference_model.lm_head.weight is reference_model.model.embed_tokens.weight
+    perturbed["lm_head.weight"] = perturbed["model.embed_tokens.weight"]
+    layer = sum(v.numel() * v.element_size() for k, v in original.items() if ".layers.0." in k)
+    plan = bucket_plan(reference_model, layer)
+    assert len(plan) >= 3, "the embeddings and each decoder layer apart"
+    try:
+        sampler.load_weights(perturbed)
+        whole = sampler.generate(requests, GREEDY)
+        sampler.load_weights(original)
+        version = sampler.version
+        sampler.load_weight_buckets({n: perturbed[n] for n in names} for names in plan)
+        assert sampler.version == version + 1
+        assert [c.token_ids for c in sampler.generate(requests, GREEDY)] == [c.token_ids for c in whole]
+        with pytest.raises(KeyError, match="lacked"):
+            sampler.load_weight_buckets({n: original[n] for n in names} for names in plan
+                                        if not any(".layers.1." in n for n in names))
+    finally:
+        sampler.load_weights(original)
+
+
 # -- the full multi-turn engine --------------------------------------------------------
 def test_rollout_through_the_engine_records_ids_that_decode_to_the_turn_text(sampler):
     from whalekit.domains.base import get_domain

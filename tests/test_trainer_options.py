@@ -166,3 +166,25 @@ def test_a_trainer_asked_for_auto_on_cpu_trains_with_peft(tiny_policy, no_unslot
                           RSFTConfig(backend="auto"), RolloutBudget(64))
     assert trainer.backend == "peft" and hasattr(trainer.model, "peft_config")
     assert len(_warnings(caplog)) == 1
+
+
+# --- sharded ranks: where they run and how the sync arrives ----------------------------------
+
+
+def test_trainer_ranks_take_cuda_r_unless_trainer_devices_keeps_the_samplers_gpu_apart():
+    from whalekit.trainer_ranks import rank_device
+
+    colocated = RSFTConfig(lora=False, trainer_ranks=2)
+    assert [rank_device(r, colocated) for r in range(2)] == [0, 1]
+    apart = RSFTConfig(lora=False, trainer_ranks=3, trainer_devices=[1, 2, 3])
+    assert [rank_device(r, apart) for r in range(3)] == [1, 2, 3]
+    for devices in ([1, 2], [1, 1, 2], [-1, 1, 2]):
+        with pytest.raises(ValueError, match="3 distinct GPU indices"):
+            RSFTConfig(lora=False, trainer_ranks=3, trainer_devices=devices)
+
+
+def test_the_sync_bucket_size_is_non_negative_and_zero_means_the_whole_state_dict():
+    assert RSFTConfig().sync_bucket_mb == 512.0
+    assert RSFTConfig(sync_bucket_mb=0).sync_bucket_mb == 0
+    with pytest.raises(ValueError, match="sync_bucket_mb"):
+        RSFTConfig(sync_bucket_mb=-1)

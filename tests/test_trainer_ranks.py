@@ -79,6 +79,25 @@ def test_two_ranks_train_what_the_in_process_trainer_trains_and_the_sampler_gets
     assert_all_gone(pids)
 
 
+def test_the_ranks_sync_the_sampler_a_bucket_of_layers_at_a_time_with_the_whole_gathers_weights():
+    from whalekit.sharded_checkpoint import bucket_plan
+
+    reference = load_policy("tiny-random").sampler.model
+    layer = sum(v.numel() * 4 for k, v in reference.state_dict().items() if ".layers.0." in k)  # float32 shards
+    policy = load_policy("tiny-random")
+    sharded = _trainer(policy, **SHARDED, sync_bucket_mb=layer / 2**20)
+    sharded.step(InProcessHarness(ShortReply()))  # its sync went bucket by bucket
+    whole = sharded.merged_state_dict()
+    buckets = list(sharded.ranks.state_dict_buckets(layer))
+    assert [list(b) for b in buckets] == bucket_plan(reference, layer) and len(buckets) >= 3
+    assert all(torch.equal(bucket[name], whole[name]) for bucket in buckets for name in bucket)
+    assert sorted(n for b in buckets for n in b) == sorted(set(whole) - {"lm_head.weight"}), "a tied head once"
+    sampler_state = policy.sampler.model.state_dict()
+    assert all(torch.equal(sampler_state[k], v.to(sampler_state[k].dtype)) for k, v in whole.items())
+    assert policy.sampler.version == 1, "one sync, however many buckets"
+    sharded.ranks.close()
+
+
 def test_a_run_resumes_from_the_ranks_sharded_checkpoint_as_if_never_stopped(tmp_path):
     harness = InProcessHarness(ShortReply())
     straight = _trainer(load_policy("tiny-random"), **SHARDED)

@@ -34,6 +34,7 @@ from whalekit.domains.base import Domain
 from whalekit.engine import Episode, HarnessRuntime, RolloutConfig, RolloutSettings, rollout
 from whalekit.memory import release_freed_memory
 from whalekit.models import load_model
+from whalekit.ray_trainer_ranks import RayTrainerRanks
 from whalekit.rsft_config import BACKENDS, TRAIN_DTYPES, BatchRecord, RSFTConfig, TrainerState, check_choice
 from whalekit.rsft_loss import packed_training_sequences, token_normalised_loss
 from whalekit.samplers.vllm_sync import shared_memory_dir
@@ -128,11 +129,12 @@ class RSFTTrainer:
         self.train_dtype = resolve_train_dtype(config.train_dtype, self.device.type, bf16_supported())
         self.backend = resolve_backend(config.backend, config.lora, self.device.type == "cuda")
         torch.manual_seed(config.seed)  # LoRA's initial A matrices: the same run starts from the same adapter
-        self.ranks: TrainerRanks | None = None  # rsft.trainer_ranks > 1: sharded ranks hold the weights
+        self.ranks: TrainerRanks | RayTrainerRanks | None = None  # trainer_ranks > 1: sharded ranks hold the weights
         self.model: Any = None  # the in-process model (peft or transformers); None on sharded ranks
         if config.trainer_ranks > 1:
             self.autocast = False
-            self.ranks = TrainerRanks(policy.path, config, policy.tokenizer.pad_token_id, self.device.type)
+            launch = RayTrainerRanks if config.trainer_launcher == "ray" else TrainerRanks
+            self.ranks = launch(policy.path, config, policy.tokenizer.pad_token_id, self.device.type)
         else:
             self._build_in_process(policy.path, config)
         self.state = TrainerState()
@@ -309,10 +311,14 @@ class RSFTTrainer:
         """The sampler gets the current weights. With LoRA: the adapter itself where the
         sampler applies adapters at run time (vLLM started with `lora_rank`, base weights
         untouched); else, after the first sync, only the layers the adapter changes (on
-        samplers that take a partial update); else the merged model."""
+        samplers that take a partial update); else the merged model. From sharded ranks: in
+        buckets of whole layers where the sampler takes them (`rsft.sync_bucket_mb`)."""
         with phase("sync"):
             load_changed = getattr(self.sampler, "load_changed_weights", None)
-            if self._syncs_adapters():
+            load_buckets = getattr(self.sampler, "load_weight_buckets", None)
+            if self.ranks is not None and self.config.sync_bucket_mb > 0 and load_buckets is not None:
+                load_buckets(self.ranks.state_dict_buckets(int(self.config.sync_bucket_mb * 2**20)))
+            elif self._syncs_adapters():
                 self._sync_adapter()
             elif self.config.lora and self.synced and load_changed is not None:
                 load_changed(self.merged_state_dict(lora_layers_only=True))

@@ -16,6 +16,7 @@ from whalekit.samplers.base import SamplingParams
 TRAIN_DTYPES = ("auto", "float32", "bfloat16")
 BACKENDS = ("peft", "unsloth", "auto")
 COMPUTE_DTYPES = ("bfloat16", "float32")  # of sharded ranks' gathered weights (whalekit.sharded_training)
+TRAINER_LAUNCHERS = ("spawn", "ray")  # how sharded trainer ranks start (whalekit.trainer_ranks, ray_trainer_ranks)
 
 
 def check_choice(field: str, value: str, choices: tuple[str, ...]) -> None:
@@ -46,6 +47,19 @@ class RSFTConfig:
     # `sharded_compute_dtype` in forward and backward: full fine-tuning only (lora: false).
     trainer_ranks: int = 1
     sharded_compute_dtype: str = "bfloat16"  # bfloat16 (the paper's verl setting) | float32
+    # With trainer_ranks > 1: the sampler's weight sync arrives in buckets of whole decoder layers of
+    # about this many MiB (float32), gathered from the shards one bucket at a time, so the driver
+    # holds a bucket, not the model (8 GB at 2B); on samplers that take buckets (hf, vllm; the Ray
+    # backend's take the whole state dict). 0: the whole gathered state dict at once.
+    sync_bucket_mb: float = 512.0
+    # With trainer_ranks > 1 on CUDA: the GPU index of each rank (None: rank r on cuda:r, so rank 0
+    # shares cuda:0 with a local vLLM sampler). E.g. [1, 2, 3, 4, 5, 6, 7]: the sampler keeps cuda:0
+    # to itself and 7 ranks train on the others (docs/gpu.md). Ignored on CPU (gloo ranks).
+    trainer_devices: list[int] | None = None
+    # How ranks start: "spawn" (processes beside the driver, rendezvous on 127.0.0.1) | "ray" (Ray
+    # actors, one GPU each on CUDA, on any node of the run's cluster: whalekit.ray_trainer_ranks;
+    # Ray assigns their GPUs, so trainer_devices does not apply).
+    trainer_launcher: str = "spawn"
     micro_batch_sequences: int = 8  # sequences per forward pass; gradients accumulate over a mini-batch
     # Padded tokens per forward pass (sequences x the longest of them), as well as the count
     # above: bounds a micro-batch's activations whatever the harness's prompt length. None: by
@@ -93,8 +107,21 @@ class RSFTConfig:
             raise ValueError("micro_batch_tokens must be positive or None (None: micro-batches by sequence count only)")
         if self.loss_chunk_tokens is not None and self.loss_chunk_tokens <= 0:
             raise ValueError("loss_chunk_tokens must be positive or None (None: the whole micro-batch's loss at once)")
+        if self.sync_bucket_mb < 0:
+            raise ValueError(f"sync_bucket_mb must be >= 0 (0: the whole state dict at once), "
+                             f"got {self.sync_bucket_mb}")
         if self.data_parallel < 1 or self.trainer_ranks < 1:
             raise ValueError("data_parallel and trainer_ranks must be >= 1")
+        check_choice("trainer_launcher", self.trainer_launcher, TRAINER_LAUNCHERS)
+        if self.trainer_launcher == "ray" and self.trainer_devices is not None:
+            raise ValueError("trainer_devices places spawned ranks; Ray assigns its actors' GPUs (trainer_launcher: "
+                             "ray): drop one of the two")
+        if self.trainer_devices is not None:
+            devices = list(self.trainer_devices)
+            if len(devices) != self.trainer_ranks or len(set(devices)) != len(devices) or min(devices) < 0:
+                raise ValueError(f"trainer_devices must name {self.trainer_ranks} distinct GPU indices, one per "
+                                 f"trainer rank (rsft.trainer_ranks), got {self.trainer_devices}")
+            self.trainer_devices = devices
         check_choice("sharded_compute_dtype", self.sharded_compute_dtype, COMPUTE_DTYPES)
         if self.trainer_ranks > 1 and self.lora:
             raise ValueError(f"trainer_ranks={self.trainer_ranks} shards full fine-tuning (LoRA under FSDP2 is "

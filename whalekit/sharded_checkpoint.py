@@ -1,7 +1,8 @@
 """Checkpoints of a sharded policy (`whalekit.sharded_training`) with `torch.distributed.checkpoint`:
 every rank writes its own shards of the weights and of the optimiser's state in parallel, and a
 checkpoint loads onto any world size (DCP reshards on load), so a run saved on 8 GPUs resumes on
-4, or on 1. Also the full, unsharded state dict the sampler's weight sync needs.
+4, or on 1. Also the full, unsharded state dict the sampler's weight sync needs, whole or in
+buckets of whole decoder layers (so the process that receives it never holds more than a bucket).
 
 A checkpoint is complete only once its marker is written: the shards go to `<path>.partial`,
 rank 0 writes `COMPLETE.json` there after every rank has finished, then renames the folder to
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -96,5 +98,65 @@ next, so a GPU never holds more than one gathered tensor."""
     return dict(get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)))
 
 
-__all__ = ["MARKER", "IncompleteCheckpointError", "full_state_dict", "is_complete", "load_sharded_checkpoint",
-           "partial_path", "save_sharded_checkpoint"]
+# A decoder layer's tensors share this prefix; a bucket never splits one (vLLM reloads a fused
+# q/k/v or gate/up layer only whole, and the parts of one fused layer sit in one decoder layer).
+LAYER_PREFIX = re.compile(r"^(.*?\.layers\.\d+)\.")
+
+
+def bucket_plan(model: Any, bucket_bytes: int) -> list[list[str]]:
+    """The names of the model's state dict in buckets of about `bucket_bytes` (counted unsharded,
+    in the weights' own dtype), in state-dict order: consecutive decoder layers go together until
+    the next would pass the limit; a layer larger than the limit is a bucket of its own; a tensor
+    outside the layers (embeddings, final norm, head) joins the bucket being filled. A tied head
+    is the embeddings' own tensor: it is left out (sent once; at Qwen3.5-2B's 248,320-token
+    vocabulary it is 2 GB in float32), as samplers skip it anyway. Every rank computes the same
+    plan (it reads only names, global shapes and which parameters are shared)."""
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+    groups: list[tuple[str, list[str], int]] = []  # (layer prefix or name, names, bytes)
+    seen: set[int] = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():  # the parameters themselves: tied ones are one
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        size = tensor.numel() * tensor.element_size()  # a DTensor's numel is its global one
+        match = LAYER_PREFIX.match(name)
+        key = match.group(1) if match else name
+        if groups and groups[-1][0] == key:
+            groups[-1] = (key, [*groups[-1][1], name], groups[-1][2] + size)
+        else:
+            groups.append((key, [name], size))
+    buckets: list[list[str]] = []
+    filled = 0
+    for _, names, size in groups:
+        if not buckets or filled + size > bucket_bytes:
+            buckets.append([])
+            filled = 0
+        buckets[-1].extend(names)
+        filled += size
+    return [b for b in buckets if b]
+
+
+def gather_tensors(model: Any, names: list[str], group: Any = None) -> dict[str, Any]:
+    """The unsharded float tensors `names` of a sharded model, on rank 0's CPU (a collective:
+    every rank calls it with the same names, in the same order; the others get {}). One tensor is
+    gathered at a time and moved to the CPU before the next, as `full_state_dict` does."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    state = model.state_dict()
+    rank = dist.get_rank(group)
+    out: dict[str, Any] = {}
+    with torch.no_grad():
+        for name in names:
+            tensor = state[name]
+            full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+            if rank == 0:
+                out[name] = full.detach().to("cpu", copy=True)
+            del full
+    return out
+
+
+__all__ = ["MARKER", "IncompleteCheckpointError", "bucket_plan", "full_state_dict", "gather_tensors", "is_complete",
+           "load_sharded_checkpoint", "partial_path", "save_sharded_checkpoint"]

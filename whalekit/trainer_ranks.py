@@ -7,11 +7,12 @@ Why processes the driver owns: the driver keeps the sampler, the harness phase a
 only the optimiser step needs the ranks. So `RSFTTrainer` (with `rsft.trainer_ranks > 1`) sends
 each mini-batch's token sequences to every rank and takes back the loss; the ranks never see a
 task, a harness or the test split. The gathered weights come back through shared memory
-(torch's tensor reduction over the pipe), one state dict per sampler sync.
+(torch's tensor reduction over the pipe): whole (`full_state_dict`), or bucket by bucket of whole
+decoder layers (`state_dict_buckets`), so the driver holds one bucket at a time, not the model.
 
 How ranks run: spawned with `torch.multiprocessing` (no fork of a driver that may hold a vLLM
-engine), rendezvous over TCP on 127.0.0.1, gloo on CPU and NCCL with rank r on `cuda:r` (choose
-the trainer's GPUs with CUDA_VISIBLE_DEVICES; docs/gpu.md). Each rank is killed by the kernel
+engine), rendezvous over TCP on 127.0.0.1, gloo on CPU and NCCL with rank r on `cuda:r`, or on
+`cuda:<rsft.trainer_devices[r]>` to keep the sampler's GPU apart (docs/gpu.md). Each rank is killed by the kernel
 when the driver dies (`lifetime.die_with_parent`), and `close()` (also run when the group is
 garbage-collected) stops them, killing any that does not stop within its timeout: no rank
 outlives its trainer.
@@ -19,6 +20,7 @@ outlives its trainer.
     ranks = TrainerRanks(model_dir, RSFTConfig(lora=False, trainer_ranks=2), pad_id=0)
     loss, tokens = ranks.step(sequences)          # one optimiser step on the global mini-batch
     sampler.load_weights(ranks.full_state_dict())
+    sampler.load_weight_buckets(ranks.state_dict_buckets(512 * 2**20))   # the same, a bucket at a time
     ranks.save(run_dir / "sharded", extra={"step": 1}); ranks.close()
 """
 
@@ -28,6 +30,7 @@ import logging
 import os
 import traceback
 import weakref
+from collections.abc import Iterator
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
@@ -36,7 +39,13 @@ from whalekit.lifetime import die_with_parent
 from whalekit.models import load_model
 from whalekit.proposer_server import free_port
 from whalekit.rsft_config import RSFTConfig
-from whalekit.sharded_checkpoint import full_state_dict, load_sharded_checkpoint, save_sharded_checkpoint
+from whalekit.sharded_checkpoint import (
+    bucket_plan,
+    full_state_dict,
+    gather_tensors,
+    load_sharded_checkpoint,
+    save_sharded_checkpoint,
+)
 from whalekit.sharded_training import ShardingConfig, shard_policy, sharded_step
 
 log = logging.getLogger(__name__)
@@ -86,6 +95,14 @@ class TrainerRanks:
         """The unsharded float32 weights on the CPU, named as the Hugging Face model names them."""
         state: dict[str, Any] = self._command("state_dict")
         return state
+
+    def state_dict_buckets(self, bucket_bytes: int) -> Iterator[dict[str, Any]]:
+        """The same weights as `full_state_dict`, in buckets of whole decoder layers of about
+        `bucket_bytes` each (`sharded_checkpoint.bucket_plan`), gathered when the caller asks
+        for the next: the caller holds one bucket at a time (and drops it before the next)."""
+        for names in self._command("bucket_plan", int(bucket_bytes)):
+            bucket: dict[str, Any] = self._command("bucket", names)
+            yield bucket
 
     def save(self, path: Path, extra: dict[str, Any] | None = None) -> None:
         """A sharded checkpoint of weights, AdamW and the warm-up schedule at `path` (atomic)."""
@@ -138,6 +155,11 @@ class TrainerRanks:
         return answers[0]
 
 
+def rank_device(rank: int, config: RSFTConfig) -> int:
+    """The CUDA device index trainer rank `rank` takes: `rsft.trainer_devices[rank]`, else `rank`."""
+    return config.trainer_devices[rank] if config.trainer_devices is not None else rank
+
+
 def _stop(pipes: list[Any], processes: list[Any]) -> None:
     for pipe in pipes:
         try:
@@ -160,7 +182,8 @@ def _rank_main(rank: int, world: int, port: int, model_dir: str, config: RSFTCon
     """A rank's life: join the group, shard the policy, answer commands until "close"."""
     die_with_parent(parent_pid)
     try:
-        rank_state = _RankState(rank, world, port, Path(model_dir), config, pad_id, device_type)
+        rank_state = RankState(rank, world, f"tcp://127.0.0.1:{port}", Path(model_dir), config, pad_id, device_type,
+                               rank_device(rank, config))
         pipe.send(("ok", None))
     except Exception:
         pipe.send(("error", traceback.format_exc()))
@@ -181,11 +204,13 @@ def _rank_main(rank: int, world: int, port: int, model_dir: str, config: RSFTCon
         rank_state.close()
 
 
-class _RankState:
-    """One rank's sharded policy, optimiser and warm-up schedule (the trainer's own rules)."""
+class RankState:
+    """One rank's sharded policy, optimiser and warm-up schedule (the trainer's own rules), whatever
+    launched the rank (a spawned process here, a Ray actor in `whalekit.ray_trainer_ranks`):
+    it joins the group at `init_method` and takes `cuda:<device_index>` on CUDA."""
 
-    def __init__(self, rank: int, world: int, port: int, model_dir: Path, config: RSFTConfig, pad_id: int,
-                 device_type: str):
+    def __init__(self, rank: int, world: int, init_method: str, model_dir: Path, config: RSFTConfig, pad_id: int,
+                 device_type: str, device_index: int = 0, threads: int | None = None):
         import torch
         import torch.distributed as dist
 
@@ -193,14 +218,14 @@ class _RankState:
 
         self.config, self.pad_id, self.rank = config, pad_id, rank
         if device_type == "cuda":
-            torch.cuda.set_device(rank)
+            torch.cuda.set_device(device_index)
         else:  # the ranks share the machine's cores rather than each taking all of them
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-        dist.init_process_group("nccl" if device_type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
+            torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // world))
+        dist.init_process_group("nccl" if device_type == "cuda" else "gloo", init_method=init_method,
                                 rank=rank, world_size=world)
         torch.manual_seed(config.seed)
-        model = load_model(model_dir, "float32").to(torch.device(device_type, rank) if device_type == "cuda"
-                                                     else torch.device("cpu"))
+        model = load_model(model_dir, "float32").to(torch.device(device_type, device_index)
+                                                     if device_type == "cuda" else torch.device("cpu"))
         model.train()
         self.model = shard_policy(model, ShardingConfig(config.sharded_compute_dtype, config.gradient_checkpointing))
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate,
@@ -218,6 +243,11 @@ class _RankState:
         if name == "state_dict":
             state = full_state_dict(self.model)
             return state if self.rank == 0 else None
+        if name == "bucket_plan":
+            return bucket_plan(self.model, payload)
+        if name == "bucket":
+            bucket = gather_tensors(self.model, payload)
+            return bucket if self.rank == 0 else None
         if name == "save":
             path, extra = payload
             save_sharded_checkpoint(self.model, self.optimizer, Path(path),
@@ -236,4 +266,4 @@ class _RankState:
             dist.destroy_process_group()
 
 
-__all__ = ["RankFailedError", "TrainerRanks"]
+__all__ = ["RankFailedError", "RankState", "TrainerRanks", "rank_device"]

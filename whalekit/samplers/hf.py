@@ -7,7 +7,7 @@ group of requests that share stop strings, chunked to `max_batch_size`.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from whalekit.samplers.base import ChoiceTrie, Completion, GenerationRequest, Sampler, SamplingParams, cut_completion
@@ -101,6 +101,26 @@ class HFSampler(Sampler):
                 if name in own:
                     own[name].copy_(tensor.to(own[name].dtype))
         self.version += 1
+
+    def load_weight_buckets(self, buckets: Iterable[Mapping[str, Any]]) -> None:
+        """One weight sync whose tensors arrive in parts (a sharded trainer's buckets,
+        `TrainerRanks.state_dict_buckets`), each copied in before the next is asked for. Every
+        tensor `load_weights` needs must arrive (KeyError naming the missing ones after the last
+        bucket, the model then holding a mix); one version either way."""
+        import torch
+
+        own = self.model.state_dict()
+        arrived: set[str] = set()
+        with torch.no_grad():
+            for bucket in buckets:
+                for name, tensor in bucket.items():
+                    if name in own:
+                        own[name].copy_(tensor.to(own[name].dtype))
+                        arrived.add(name)
+        self.version += 1
+        missing = [k for k in own if k not in arrived and not _is_tied(k, own)]
+        if missing:
+            raise KeyError(f"load_weight_buckets: the buckets lacked {len(missing)} tensors, e.g. {missing[:3]}")
 
 
 class ChoiceConstraint:

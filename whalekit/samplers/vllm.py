@@ -25,7 +25,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +264,41 @@ class VLLMSampler(Sampler):
         self.version += 1
         self.last_sync_seconds = time.perf_counter() - start
 
+    def load_weight_buckets(self, buckets: Iterable[Mapping[str, Any]]) -> None:
+        """One weight sync whose tensors arrive in parts (a sharded trainer's buckets of whole
+        decoder layers, `TrainerRanks.state_dict_buckets`): each bucket is written into the shared
+        buffer and reloaded in place before the next is asked for, so the caller never holds the
+        whole model. The buffer is laid out from the checkpoint's own shapes when this is the
+        first sync. Every tensor a full sync needs must arrive (KeyError naming the missing ones
+        after the last bucket, the engine then holding a mix); one version either way."""
+        import torch
+
+        self._check_idle("load_weights")
+        start = time.perf_counter()
+        if self._shared is None:
+            shapes = _checkpoint_shapes(self.model_path, {n for n in self.weight_names
+                                                          if not n.startswith(UNTRAINED_PREFIXES)})
+            self._shared = SharedWeights.for_tensors(shapes, getattr(torch, self.dtype))
+        arrived: set[str] = set()
+        for bucket in buckets:
+            tensors = {n: t for n, t in checkpoint_names(bucket, self.weight_names).items() if n in self.weight_names}
+            if not self._shared.fits(tensors):
+                raise KeyError(f"load_weight_buckets: a bucket holds tensors this engine's checkpoint does not, or "
+                               f"with other shapes, e.g. {sorted(set(tensors) - set(self._shared.views))[:3]}")
+            # a fused layer's parts sit in one decoder layer, so in one bucket; any partner not in
+            # it is sent from the buffer, which holds what the engine has
+            layout = self._shared.write(tensors, also=_fused_partners(tensors, self.weight_names))
+            self.llm.collective_rpc("whalekit_load_shared_weights", args=(self._shared.path, layout))
+            self._shared.unlink()
+            arrived.update(tensors)
+        self.llm.reset_prefix_cache()
+        self._lora, self.base_modified = None, True
+        self.version += 1
+        self.last_sync_seconds = time.perf_counter() - start
+        missing = sorted(self.trained_names - arrived)
+        if missing:
+            raise KeyError(f"load_weight_buckets: the buckets lacked {len(missing)} tensors, e.g. {missing[:3]}")
+
     def load_lora_adapter(self, adapter_dir: str | Path) -> None:
         """Sample from now on with the PEFT adapter saved in `adapter_dir` (adapter_config.json +
         adapter_model.safetensors) on top of the engine's base weights: vLLM loads it now
@@ -419,6 +454,21 @@ def _checkpoint_tensor_names(model_path: Path) -> set[str]:
         with safe_open(str(f), framework="pt") as handle:
             names.update(handle.keys())
     return names
+
+
+def _checkpoint_shapes(model_path: Path, names: set[str]) -> dict[str, Any]:
+    """name -> a meta tensor of that checkpoint tensor's shape (read from the safetensors headers,
+    no weight loaded): enough to lay out the shared buffer (`SharedWeights.for_tensors`)."""
+    import torch
+    from safetensors import safe_open
+
+    shapes: dict[str, Any] = {}
+    for f in sorted(model_path.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as handle:
+            for name in handle.keys():
+                if name in names:
+                    shapes[name] = torch.empty(handle.get_slice(name).get_shape(), device="meta")
+    return shapes
 
 
 # checkpoint names vLLM fuses into one layer: attention, MLP, and Gated DeltaNet's input projections (Qwen3.5)
