@@ -92,7 +92,7 @@ def test_full_whale_runs_with_the_local_proposer_sit_beside_the_reproductions_sp
     rows = {line.split("|")[2].strip(): line for line in whale_runs_section(local, reference, preset="smoke")
             if line.startswith("| toy")}
     assert set(rows) == {"reflective", "local"}
-    # the fixture's one search round logs no evaluated candidate, of the smoke preset's 2 a round
-    assert "| 0 | 25.0 → 75.0 | -12.5 | +62.5 | 0/2 | qwen2.5-coder-1.5b |" in rows["local"]
+    # the fixture's one search round logs no evaluated candidate (of 2 a round) yet accepts its child over h0
+    assert "| 0 | 25.0 → 75.0 | -12.5 | +62.5 | 0/2, 1 accepted | qwen2.5-coder-1.5b |" in rows["local"]
     assert "| 0, 1 | 25.0 → 75.0 / 25.0 → 75.0 | +6.2 (seeds +12.5 / +0.0) |" in rows["reflective"]
     assert whale_runs_section(tmp_path / "none", reference, preset="smoke") == []

@@ -129,10 +129,17 @@ def decision(records: Sequence[dict[str, Any]], iterations: int = 3, candidate: 
 
 def _evaluated(run: RunSummary) -> str:
     """Candidates the run's search evaluated over the slots it had (the rest failed validation,
-    and for the local model its repairs), from its search_iteration events."""
+    and for the local model its repairs), and how many times a search replaced the incumbent
+    harness, from its search_iteration events."""
     iterations = run.of("search_iteration")
     slots = len(iterations) * int((run.config.get("search") or {}).get("candidates_per_iteration", 1))
-    return f"{sum(int(e.get('candidates_evaluated', 0)) for e in iterations)}/{slots}"
+    accepted, changes = None, 0
+    for e in iterations:  # a harness stage whose incumbent stays changed no harness: its test change is noise
+        changes += accepted is not None and e.get("accepted_id") != accepted
+        accepted = e.get("accepted_id")
+    first = run.evals[0].get("accepted_id") if run.evals else None
+    changes += bool(iterations) and first is not None and iterations[0].get("accepted_id") != first
+    return f"{sum(int(e.get('candidates_evaluated', 0)) for e in iterations)}/{slots}, {changes} accepted"
 
 
 def _whale_cells(runs: Sequence[RunSummary]) -> tuple[str, str, str, str]:
