@@ -142,6 +142,13 @@ def _evaluated(run: RunSummary) -> str:
     return f"{sum(int(e.get('candidates_evaluated', 0)) for e in iterations)}/{slots}, {changes} accepted"
 
 
+def _cpu(run: RunSummary) -> str:
+    """The CPU kind a run ran on, short: `bf16` (native bf16 kernels) or `AVX2` (float32 vLLM):
+    the two sample differently, so runs on different kinds differ beyond their seeds."""
+    kind = str((run.config.get("provenance") or {}).get("cpu_kind", "?"))
+    return "AVX2" if "no native bf16" in kind else "bf16" if "native bf16" in kind else kind
+
+
 def _whale_cells(runs: Sequence[RunSummary]) -> tuple[str, str, str, str]:
     """(seeds, test initial -> final, harness-stage change, weight-stage change) of WHALE runs,
     in points: per seed, and their mean where there are several."""
@@ -170,10 +177,14 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
              f"`{local_root}`), beside the `{preset}` reproduction's WHALE runs (proposer `reflective`, under "
              f"`{reference_root}`): same preset, budget, schedule and policy; only the proposer differs. A stage's "
              "change is the test mean after it minus the one before (mean@2 between stages, mean@8 at the ends), "
-             "summed over the run's stages of that kind. One local seed per domain is a description of that run, "
-             "not a verdict: the reflective runs' harness stages alone vary by several points between seeds.", "",
+             "summed over the run's stages of that kind; where a run's search accepted nothing, its harness stages "
+             "changed nothing and their change is re-evaluation noise. *CPU*: bf16 = AMD EPYC with native bf16 "
+             "(AVX512-BF16), AVX2 = AMD EPYC without it (vLLM in float32): the two sample differently. One local seed "
+             "per domain is a description of that run, not a verdict: the reflective runs alone vary by several "
+             "points between seeds.",
+             "",
              "| domain | proposer | seeds | test, initial → final (%) | harness stages (points) "
-             "| weight stages (points) | candidates evaluated | proposer model | wall |", "| --- " * 9 + "|"]
+             "| weight stages (points) | candidates evaluated | proposer model | wall | CPU |", "| --- " * 10 + "|"]
     for domain in sorted({r.domain for r in local}):
         for name, runs in (("reflective", [r for r in reference if r.domain == domain]),
                            ("local", [r for r in local if r.domain == domain])):
@@ -185,8 +196,9 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
                 if name == "local" else "—"
             wall = " / ".join(f"{float((r.end or {}).get('wall_s') or 0) / 60:.0f} min" for r in runs)
             evaluated = " / ".join(_evaluated(r) for r in runs)
+            cpus = " / ".join(_cpu(r) for r in runs)
             lines.append(f"| {domain} | {name} | {seeds} | {test} | {harness} | {weight} | {evaluated} | {model} "
-                         f"| {wall} |")
+                         f"| {wall} | {cpus} |")
     return [*lines, ""]
 
 
