@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 from test_rsft import ShortReply, _trainer
-from test_trainer_ranks import IN_PROCESS, SHARDED, assert_all_gone, assert_same_first_adamw_step
+from test_trainer_ranks import IN_PROCESS, SHARDED, assert_all_gone, assert_same_first_adamw_step, wait_gone
 
 from whalekit.backends.base import BackendConfig
 from whalekit.engine import InProcessHarness
@@ -35,16 +35,6 @@ def ray_cluster():
     yield
     if started:
         ray.shutdown()
-
-
-def _gone(pids: list[int], timeout: float = 20.0) -> list[int]:
-    """ray.kill returns before the actor's process has exited: wait for it, boundedly."""
-    from whalekit.lifetime import pid_alive
-
-    deadline = time.monotonic() + timeout
-    while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return pids
 
 
 def _free_cpus_back(total: float, timeout: float = 20.0) -> bool:
@@ -79,7 +69,7 @@ def test_ray_ranks_train_what_the_in_process_trainer_trains_and_sync_the_sampler
     assert all(torch.equal(resumed[k], got[k]) for k in got)
     spawned.ranks.close()
     on_ray.ranks.close()
-    assert_all_gone(_gone(pids))
+    assert_all_gone(wait_gone(pids, 20))
     assert _free_cpus_back(2.0), "the actors' CPUs come back to the cluster"
 
 

@@ -41,6 +41,15 @@ def assert_same_first_adamw_step(got: torch.Tensor, expected: torch.Tensor, name
     assert int((difference > 1e-6).sum()) <= max(1, got.numel() // 1000), name
 
 
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """`pids`, once none is alive or after `timeout` seconds (a process killed by a signal, or by
+    Ray's kill, exits a moment after the kill returns)."""
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return pids
+
+
 def assert_all_gone(pids: list[int]) -> None:
     assert pids and not [pid for pid in pids if pid_alive(pid)], "a trainer rank outlived its trainer"
 
@@ -168,10 +177,7 @@ def test_the_ranks_die_with_a_driver_that_is_sigkilled():
         assert len(pids) == 2 and all(pid_alive(pid) for pid in pids)
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert_all_gone(pids)
+        assert_all_gone(wait_gone(pids, 10))
     finally:
         driver.kill()
         driver.wait()

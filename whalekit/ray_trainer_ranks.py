@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from whalekit.backends.base import BackendConfig
 from whalekit.backends.ray_backend import connect
 from whalekit.proposer_server import free_port
 from whalekit.rsft_config import RSFTConfig
-from whalekit.trainer_ranks import START_TIMEOUT_S, RankFailedError, RankState
+from whalekit.trainer_ranks import START_TIMEOUT_S, RankCommands, RankFailedError, RankState
 
 
 class RankActor:
@@ -65,9 +64,9 @@ class RankActor:
             self.state.close()
 
 
-class RayTrainerRanks:
-    """`TrainerRanks`' interface (step, full_state_dict, state_dict_buckets, save, load, close,
-    pids) over N Ray actors; see the module docstring."""
+class RayTrainerRanks(RankCommands):
+    """`TrainerRanks`' interface (its `RankCommands`, close, pids) over N Ray actors; see the
+    module docstring."""
 
     def __init__(self, model_dir: Path, config: RSFTConfig, pad_id: int, device_type: str = "cpu",
                  start_timeout_s: float = START_TIMEOUT_S):
@@ -86,27 +85,6 @@ class RayTrainerRanks:
         self._pids: list[int] = self._all("start", [a.start.remote(rank, self.world, init_method, str(model_dir),
                                                                    config, pad_id, device_type)
                                                     for rank, a in enumerate(self._actors)], start_timeout_s)
-
-    def step(self, sequences: list[tuple[list[int], list[int]]]) -> tuple[float, int]:
-        loss, tokens = self._command("step", sequences)
-        return float(loss), int(tokens)
-
-    def full_state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = self._command("state_dict")
-        return state
-
-    def state_dict_buckets(self, bucket_bytes: int) -> Iterator[dict[str, Any]]:
-        """As `TrainerRanks.state_dict_buckets`: whole decoder layers, one bucket at a time."""
-        for names in self._command("bucket_plan", int(bucket_bytes)):
-            bucket: dict[str, Any] = self._command("bucket", names)
-            yield bucket
-
-    def save(self, path: Path, extra: dict[str, Any] | None = None) -> None:
-        self._command("save", (str(path), extra or {}))
-
-    def load(self, path: Path) -> dict[str, Any]:
-        extra: dict[str, Any] = self._command("load", str(path))
-        return extra
 
     def close(self) -> None:
         """Kill every rank actor (and the Ray cluster this trainer started). Safe to call twice."""

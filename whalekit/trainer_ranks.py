@@ -58,34 +58,13 @@ class RankFailedError(RuntimeError):
     """A trainer rank raised or died; the message carries its traceback or exit code."""
 
 
-class TrainerRanks:
-    """N sharded trainer ranks for one RSFT trainer (module docstring). Full fine-tuning only:
-    LoRA adapters under FSDP2 are untested here, so `RSFTConfig` refuses the combination."""
+class RankCommands:
+    """The trainer's commands to its ranks, whatever launched them: each goes to every rank (they
+    are collectives) through the launcher's `_command`, and rank 0's answer comes back."""
 
-    def __init__(self, model_dir: Path, config: RSFTConfig, pad_id: int, device_type: str = "cpu",
-                 start_timeout_s: float = START_TIMEOUT_S):
-        import torch.multiprocessing as mp
+    def _command(self, name: str, payload: Any = None) -> Any:
+        raise NotImplementedError
 
-        if config.trainer_ranks < 2:
-            raise ValueError(f"TrainerRanks needs rsft.trainer_ranks >= 2, got {config.trainer_ranks}")
-        self.world = config.trainer_ranks
-        context = mp.get_context("spawn")
-        port = free_port()  # the ranks' rendezvous on 127.0.0.1
-        self._pipes: list[Any] = []  # the driver's ends of the ranks' pipes (multiprocessing Connections)
-        self._processes: list[Any] = []
-        for rank in range(self.world):
-            driver_end, rank_end = context.Pipe()
-            process = context.Process(target=_rank_main, name=f"whalekit-trainer-rank-{rank}", daemon=True,
-                                      args=(rank, self.world, port, str(model_dir), config, pad_id, device_type,
-                                            os.getpid(), rank_end))
-            process.start()
-            rank_end.close()
-            self._pipes.append(driver_end)
-            self._processes.append(process)
-        self._finalizer = weakref.finalize(self, _stop, list(self._pipes), list(self._processes))
-        self._gather("ready", timeout=start_timeout_s)
-
-    # -- commands: each goes to every rank (they are collectives), rank 0's answer comes back --
     def step(self, sequences: list[tuple[list[int], list[int]]]) -> tuple[float, int]:
         """One optimiser step (and one warm-up scheduler step) on the global mini-batch."""
         loss, tokens = self._command("step", sequences)
@@ -112,6 +91,34 @@ class TrainerRanks:
         """Load a sharded checkpoint (written on any number of ranks); returns its `extra`."""
         extra: dict[str, Any] = self._command("load", str(path))
         return extra
+
+
+class TrainerRanks(RankCommands):
+    """N sharded trainer ranks for one RSFT trainer (module docstring). Full fine-tuning only:
+    LoRA adapters under FSDP2 are untested here, so `RSFTConfig` refuses the combination."""
+
+    def __init__(self, model_dir: Path, config: RSFTConfig, pad_id: int, device_type: str = "cpu",
+                 start_timeout_s: float = START_TIMEOUT_S):
+        import torch.multiprocessing as mp
+
+        if config.trainer_ranks < 2:
+            raise ValueError(f"TrainerRanks needs rsft.trainer_ranks >= 2, got {config.trainer_ranks}")
+        self.world = config.trainer_ranks
+        context = mp.get_context("spawn")
+        port = free_port()  # the ranks' rendezvous on 127.0.0.1
+        self._pipes: list[Any] = []  # the driver's ends of the ranks' pipes (multiprocessing Connections)
+        self._processes: list[Any] = []
+        for rank in range(self.world):
+            driver_end, rank_end = context.Pipe()
+            process = context.Process(target=_rank_main, name=f"whalekit-trainer-rank-{rank}", daemon=True,
+                                      args=(rank, self.world, port, str(model_dir), config, pad_id, device_type,
+                                            os.getpid(), rank_end))
+            process.start()
+            rank_end.close()
+            self._pipes.append(driver_end)
+            self._processes.append(process)
+        self._finalizer = weakref.finalize(self, _stop, list(self._pipes), list(self._processes))
+        self._gather("ready", timeout=start_timeout_s)
 
     def close(self) -> None:
         """Stop every rank (killed after STOP_TIMEOUT_S). Safe to call twice."""
@@ -266,4 +273,4 @@ class RankState:
             dist.destroy_process_group()
 
 
-__all__ = ["RankFailedError", "RankState", "TrainerRanks", "rank_device"]
+__all__ = ["RankCommands", "RankFailedError", "RankState", "TrainerRanks", "rank_device"]
