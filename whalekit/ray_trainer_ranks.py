@@ -79,7 +79,9 @@ class RayTrainerRanks(RankCommands):
 
         resources = {"num_gpus": 1, "num_cpus": 1} if device_type == "cuda" else {"num_cpus": 1}
         actor = ray.remote(RankActor)
-        self._actors = [actor.options(name=None, max_restarts=0, **resources).remote() for _ in range(self.world)]
+        # handles typed Any: Ray's stubs type an actor method as the plain method, not its `.remote`
+        self._actors: list[Any] = [actor.options(name=None, max_restarts=0, **resources).remote()
+                                   for _ in range(self.world)]
         self._finalizer = weakref.finalize(self, _stop, list(self._actors), owns)
         init_method = self._first("rendezvous", self._actors[0].rendezvous.remote(), start_timeout_s)
         self._pids: list[int] = self._all("start", [a.start.remote(rank, self.world, init_method, str(model_dir),
