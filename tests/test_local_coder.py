@@ -10,11 +10,13 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from test_episode_text import chess_like_episode
+
 from whalekit.archive import Archive
 from whalekit.domains.toy import ToyDomain
 from whalekit.mechanisms import apply_mechanism
 from whalekit.proposers.ledger import Ledger
-from whalekit.proposers.local_coder import LocalCoderConfig, LocalCoderProposer, splice, split_reply
+from whalekit.proposers.local_coder import LocalCoderConfig, LocalCoderProposer, copied_cut, splice, split_reply
 from whalekit.proposers.novelty import is_novel
 from whalekit.proposers.random_catalogue import RandomCatalogueProposer
 
@@ -213,3 +215,17 @@ def test_a_reply_cut_at_the_token_limit_goes_back_as_too_long(tmp_path):
     proposer, archive = _proposer(tmp_path, model, max_repairs=1, max_tokens=64)
     [candidate] = proposer.propose(archive, n=1)
     assert "cut at the 64-token limit" in model.requests[1][-1]["content"] and candidate.meta["repairs"] == 1
+
+
+def test_the_local_coder_sees_the_failing_reply_and_a_copied_cut_goes_back_to_it(tmp_path: Path):
+    archive = Archive.open(tmp_path / "archive", "toy")
+    seed = archive.ensure_seed(H0)
+    archive.record_evaluation(seed, 0, [chess_like_episode()], ["format"])
+    copied = NEW_CODE.replace("return state.turn >= 2", "return 'Legal moves: [… 412 chars cut …]' == ''")
+    model = ScriptedModel(_fenced(copied), _fenced(NEW_CODE))
+    proposer = LocalCoderProposer(DOMAIN, LocalCoderConfig(edit="module", max_repairs=1), seed=0, run_dir=tmp_path,
+                                  complete=model)
+    [candidate] = proposer.propose(archive, n=1)
+    assert "[assistant] I pick <move>e2e4" in model.requests[0][1]["content"]
+    assert "a trace was shortened" in model.requests[1][-1]["content"] and candidate.meta["repairs"] == 1
+    assert copied_cut(copied, copied) is None, "a marker the parent already holds is not the model's copy"

@@ -42,7 +42,7 @@ from whalekit.proposer_server import ServerOptions, ServerProcess, start_llama_s
 from whalekit.proposers.base import Candidate, Proposer, ProposerError
 from whalekit.proposers.ledger import Ledger
 from whalekit.proposers.novelty import added_statements, novel_statements
-from whalekit.proposers.report import render_report
+from whalekit.proposers.report import CUT_MARKER, episode_text, render_report
 from whalekit.proposers.response_cache import ResponseCache
 from whalekit.proposers.rules import rules_for
 
@@ -184,6 +184,17 @@ def spliced_error(problem: str | None) -> bool:
     return bool(problem) and "of your code" in str(problem)
 
 
+def copied_cut(source: str, parent_source: str) -> str | None:
+    """A problem when the module holds a trace's cut marker its parent does not: a small model
+    copies a shortened message from a trace into a prompt string (a 1.5B coder did, in chess),
+    which would send the policy the marker instead of the text."""
+    new = set(CUT_MARKER.findall(source)) - set(CUT_MARKER.findall(parent_source))
+    if not new:
+        return None
+    return (f"your code holds {sorted(new)[0]!r}, a mark where a trace was shortened for you: write the full text "
+            "(the parent's source has every prompt in full)")
+
+
 def _first_sentence(text: str, limit: int = 140) -> str:
     sentence = re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
     return sentence if len(sentence) <= limit else sentence[:limit - 1] + "…"
@@ -224,7 +235,8 @@ class LocalCoderProposer(Proposer):
                  f"What happened on the search problems:\n{report}"]
         traces = self._failing_traces(archive, parent, version)
         if traces:
-            parts.append("Failing search episodes of this harness (messages in order):\n" + "\n\n".join(traces))
+            parts.append("Failing search episodes of this harness (messages in order, the system prompt left out; "
+                         "long messages are cut in the middle, marked [… N chars cut …]):\n" + "\n\n".join(traces))
         if self.config.ideas and self.domain.mechanisms():
             ideas = "\n".join(f"- {m.name}: {_first_sentence(m.hypothesis)}" for m in self.domain.mechanisms())
             parts.append("Ideas others tried in this domain (names only; write your own code):\n" + ideas)
@@ -239,10 +251,7 @@ class LocalCoderProposer(Proposer):
         for trajectory in archive.trajectories(parent, version):
             if trajectory.correct:
                 continue
-            text = "\n".join(f"[{m.role}] {m.content}" for m in trajectory.messages)
-            if trajectory.error:
-                text += f"\n[error] {trajectory.error[:200]}"
-            out.append(text if len(text) <= self.config.trace_chars else text[:self.config.trace_chars] + " …")
+            out.append(episode_text(trajectory, self.config.trace_chars))
             if len(out) >= self.config.traces:
                 break
         return out
@@ -300,7 +309,8 @@ class LocalCoderProposer(Proposer):
     def _problem(self, source: str | None, parent_source: str, archive: Archive, taken: set[str]) -> str | None:
         if source is None:
             return "no ```python block with the code"
-        problem = validate_source(source) or self.rules.check(source, parent_source)
+        problem = (validate_source(source) or self.rules.check(source, parent_source)
+                   or copied_cut(source, parent_source))
         if problem is None and self.check is not None:
             problem = self.check(Candidate(source, [archive.accepted()]), archive)
         if problem is None and harness_id(source) in taken:

@@ -10,11 +10,13 @@ debugging a search all read the same report, so what one sees the others see.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from whalekit.archive import Archive
+    from whalekit.types import Trajectory
 
 
 def failure_counts(archive: Archive, candidate_id: str, weights_version: int) -> Counter[str]:
@@ -45,14 +47,52 @@ def flag_summary(outcomes: list[dict[str, Any]]) -> dict[str, str]:
     return summary
 
 
+CUT_MARKER = re.compile(r"\[… \d+ chars cut …\]")  # what `cut_middle` writes where it cut
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """`text` in about `limit` characters: its head and its tail, the cut marked with how much
+    it left out. Why the tail: a failing reply ends with what failed (the unclosed tag, the
+    wrong answer, the illegal move), which a head-only cut never shows."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - len(f" [… {len(text)} chars cut …] "), 0)
+    tail = keep // 2
+    marker = f" [… {len(text) - keep} chars cut …] "
+    return text[:keep - tail] + marker + (text[len(text) - tail:] if tail else "")
+
+
+def episode_text(trajectory: Trajectory, limit: int, indent: str = "", min_share: int = 120) -> str:
+    """One episode as a proposer reads it, in about `limit` characters: every message but the
+    system prompt (the harness source holds it), each cut in its middle to an equal share; when
+    the shares would fall below `min_share`, the first user message and the last messages are
+    kept and the middle ones counted; then how the episode ended (the harness's final answer,
+    its error). Why: the failure shows in the model's last replies and the ending, which a cut
+    of the whole episode's head left out whenever the prompt was long (a chess position's legal
+    moves fill 700 characters)."""
+    messages = [m for m in trajectory.messages if m.role != "system"]
+    ending = f"{indent}[end] final answer: {trajectory.final_answer!r}" + (
+        f"; error: {cut_middle(trajectory.error, 200)}" if trajectory.error else "")
+    budget = max(limit - len(ending), min_share)
+    fits = max(budget // min_share, 2)
+    left_out = 0
+    if len(messages) > fits:  # the question, then the end of the episode
+        left_out = len(messages) - fits
+        messages = messages[:1] + messages[1 + left_out:]
+    share = budget // max(len(messages), 1)
+    lines = []
+    for index, m in enumerate(messages):
+        label = f"{m.role}{'/' + m.kind if m.kind != 'text' else ''}"
+        lines.append(f"{indent}[{label}] {cut_middle(m.content, max(share - len(label) - 3, 40))}")
+        if index == 0 and left_out:
+            lines.append(f"{indent}[… {left_out} message{'s' if left_out > 1 else ''} left out …]")
+    return "\n".join([*lines, ending])
+
+
 def _trace(archive: Archive, candidate_id: str, version: int, task_id: str, limit: int = 600) -> str:
     for traj in archive.trajectories(candidate_id, version):
         if traj.task_id == task_id:
-            lines = [f"    [{m.role}{'/' + m.kind if m.kind != 'text' else ''}] {m.content}" for m in traj.messages]
-            text = "\n".join(lines)
-            if traj.error:
-                text += f"\n    [error] {traj.error[:200]}"
-            return text if len(text) <= limit else text[:limit] + " …"
+            return episode_text(traj, limit, indent="    ")
     return "    (trace not stored)"
 
 

@@ -121,7 +121,7 @@ def decision(records: Sequence[dict[str, Any]], iterations: int = 3, candidate: 
                                                                   else "")))
     verdict = (f"**{candidate} becomes the cpu default**" if wins >= 2 else
                f"**{BASELINE} stays the cpu default**")
-    return [f"## Decision: the cpu preset's proposer ({iterations} rounds)", "",
+    return [f"## Decision: the cpu preset's proposer, {candidate} against {BASELINE} ({iterations} rounds)", "",
             f"The rule (issue 51): `{candidate}` replaces `{BASELINE}` if its accepted harnesses beat "
             f"`{BASELINE}`'s on at least two domains, a paired 95 % t-interval over seeds above 0. Recorded: "
             f"{domains} domain(s); {candidate} beats {BASELINE} on {wins}. {verdict}.", "", *lines, ""]
