@@ -100,3 +100,13 @@ def test_full_whale_runs_with_the_local_proposer_sit_beside_the_reproductions_sp
     assert rows["local"].endswith("| AVX2 |"), "a CPU without native bf16, though its name says 'native bf16'"
     assert "| 0, 1 | 25.0 → 75.0 / 25.0 → 75.0 | +6.2 (seeds +12.5 / +0.0) |" in rows["reflective"]
     assert whale_runs_section(tmp_path / "none", reference, preset="smoke") == []
+
+
+def test_records_of_the_superseded_trace_view_sit_beside_the_current_ones_with_the_change_paired_per_seed():
+    records = [_record(p, s, f) for s in range(3) for p, f in (("reflective", 0.5), ("local", 0.5 + 0.1 * s))]
+    older = [_record("local", s, 0.5) for s in range(2)]
+    text = markdown(records, superseded=older)
+    rows = {line.split("|")[2].strip(): line for line in text.splitlines() if line.startswith("| math")}
+    assert "local" in rows and "local, v1 traces" in rows and "n=2" in rows["local, v1 traces"]
+    assert "- math: local − local, v1 traces = +5.0" in text and "(seeds +0.0 / +10.0)" in text
+    assert "## Decision: the cpu preset's proposer, local against reflective" in text

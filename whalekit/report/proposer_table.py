@@ -27,9 +27,14 @@ from whalekit.report.stage_effects import lever_totals
 from whalekit.report.stats import Interval, paired_difference, seed_interval
 
 NO_SEARCH = "none"
-ORDER = (NO_SEARCH, "reflective", "random-catalogue", "local", "local-0.5b")
 BASELINE = "reflective"
 LOCAL = ("local", "local-0.5b")  # the code models (bench/proposer_strength.VARIANTS): 1.5B and 0.5B
+# records of a local proposer the code has since changed (`--superseded`), shown beside the current
+# ones under this label: the first trace view cut each failing episode at its head
+SUPERSEDED = {name: f"{name}, v1 traces" for name in LOCAL}
+TRACE_VIEW_COMMIT = "c67981c"  # where the trace view changed
+ORDER = (NO_SEARCH, "reflective", "random-catalogue", "local", SUPERSEDED["local"], "local-0.5b",
+         SUPERSEDED["local-0.5b"])
 
 
 def load_records(results: Path) -> list[dict[str, Any]]:
@@ -181,7 +186,9 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
              "changed nothing and their change is re-evaluation noise. *CPU*: bf16 = AMD EPYC with native bf16 "
              "(AVX512-BF16), AVX2 = AMD EPYC without it (vLLM in float32): the two sample differently. One local seed "
              "per domain is a description of that run, not a verdict: the reflective runs alone vary by several "
-             "points between seeds.",
+             "points between seeds. The local runs' code: " + ", ".join(sorted({
+                 str((r.config.get("provenance") or {}).get("git_commit", "?"))[:7] for r in local})) +
+             f" (a commit before {TRACE_VIEW_COMMIT} ran the v1 trace view).",
              "",
              "| domain | proposer | seeds | test, initial → final (%) | harness stages (points) "
              "| weight stages (points) | candidates evaluated | proposer model | wall | CPU |", "| --- " * 10 + "|"]
@@ -202,12 +209,36 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
     return [*lines, ""]
 
 
+def superseded_effect(records: Sequence[dict[str, Any]], iterations: int = 3) -> list[str]:
+    """Per domain, a current local proposer minus its superseded records (same seeds, paired):
+    what the change of trace view did to the accepted harness's test score."""
+    lines = []
+    for name, old in SUPERSEDED.items():
+        for domain in sorted({str(r["domain"]) for r in records}):
+            now = [r for r in records if r["domain"] == domain and r["proposer"] == name
+                   and int(r["iterations"]) == iterations]
+            before = [r for r in records if r["domain"] == domain and r["proposer"] == old
+                      and int(r["iterations"]) == iterations]
+            mine, theirs = _scores(now, "final"), _scores(before, "final")
+            if set(mine) & set(theirs):
+                diff = paired_difference(mine, theirs)
+                lines.append(f"- {domain}: {name} − {old} = {diff.format(signed=True)} points (seeds "
+                             f"{diff.format_seeds(signed=True)})")
+    if not lines:
+        return []
+    return ["## What the trace view changed (3 rounds)", "",
+            "The same proposer and seeds before and after the trace view changed (paired per seed, test mean@8 of "
+            "the accepted harness):", "", *lines, ""]
+
+
 def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
-             whale_reference: Path | None = None) -> str:
+             whale_reference: Path | None = None, superseded: Sequence[dict[str, Any]] = ()) -> str:
     """The whole page: the strength table per search length, the default-proposer decision,
-    the full WHALE runs with the local proposer (when `whale_local` holds some), a few diffs."""
+    the full WHALE runs with the local proposer (when `whale_local` holds some), a few diffs.
+    `superseded`: records of a local proposer's earlier code, shown under SUPERSEDED's labels."""
     if not records:
         return "# Proposer strength\n\nNo record yet: run `bench/proposer_strength.py`.\n"
+    records = [*records, *(dict(r, proposer=SUPERSEDED[r["proposer"]]) for r in superseded)]
     kinds = sorted({str(r["cpu_kind"]) for r in records})
     lines = ["# Proposer strength: how far each proposer moves the harness lever", "",
              "Written by `python -m whalekit.report.proposer_table` from `results/proposers/` (each record made by "
@@ -223,7 +254,13 @@ def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
              "(`whalekit.proposers.novelty`); *best search*: the best search-split score seen, mean over seeds (%); "
              "*test*: the accepted harness's test mean@8 (%), 95 % t-interval over seeds, per-seed values; "
              "*vs reflective*: paired per seed; *s / candidate*: wall seconds per attempt (for the local models, "
-             "the model's own; for the others, the propose phase); *tokens out*: per valid candidate.", ""]
+             "the model's own; for the others, the propose phase); *tokens out*: per valid candidate.", "",
+             "*v1 traces* (records under `results/proposers-v1/`, superseded): the local proposer before commit "
+             f"{TRACE_VIEW_COMMIT}, which showed each failing search episode cut at its head (system prompt first, 700 "
+             "characters), so where the prompt was long (a chess position's legal moves, a math problem with its "
+             "reasoning) the model never saw the reply that failed; one 1.5B chess candidate copied a cut prompt "
+             "line, marker included, into its harness. Now each message is cut in its middle and the episode's "
+             "last replies and ending are always shown (`whalekit.proposers.report.episode_text`).", ""]
     for iterations in sorted({int(r["iterations"]) for r in records}):
         lines += [f"## {iterations} search rounds ({iterations * 2} candidates)", "",
                   "| domain | proposer | valid | novel | best search | test | per seed | vs reflective "
@@ -238,8 +275,10 @@ def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
         lines += ["Seeds recorded: " + "; ".join(f"{d} {p}: {', '.join(map(str, sorted(s)))}"
                                                  for (d, p), s in sorted(seeds.items())), ""]
     if 3 in {int(r["iterations"]) for r in records}:
-        candidates = [p for p in LOCAL if any(r["proposer"] == p for r in records)] or ["local"]
+        candidates = [p for p in [*LOCAL, *SUPERSEDED.values()] if any(r["proposer"] == p for r in records)] \
+            or ["local"]
         lines += [line for candidate in candidates for line in decision(records, candidate=candidate)]
+        lines += superseded_effect(records)
     codes = defaultdict(list)
     for r in records:
         codes[(str(r.get("commit", "?"))[:7], str(r.get("run_code_source_sha256", "?"))[:12])].append(
@@ -268,9 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--whale-local", default="results/whale-local",
                         help="records of full WHALE runs with proposer=local (<root>/<preset>/<domain>/<run>)")
     parser.add_argument("--whale-reference", default="results", help="the reproduction's records beside them")
+    parser.add_argument("--superseded", default="results/proposers-v1",
+                        help="records of the local proposers' earlier code (shown as `<name>, v1 traces`)")
     parser.add_argument("--out", default="docs/proposers.md")
     args = parser.parse_args(argv)
-    text = markdown(load_records(Path(args.results)), Path(args.whale_local), Path(args.whale_reference))
+    superseded = load_records(Path(args.superseded)) if Path(args.superseded).exists() else []
+    text = markdown(load_records(Path(args.results)), Path(args.whale_local), Path(args.whale_reference),
+                    superseded)
     Path(args.out).write_text(text + "\n", encoding="utf-8")
     print(f"wrote {args.out}")
     return 0
