@@ -257,10 +257,11 @@ def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
              "the model's own; for the others, the propose phase); *tokens out*: per valid candidate.", "",
              "*v1 traces* (records under `results/proposers-v1/`, superseded): the local proposer before commit "
              f"{TRACE_VIEW_COMMIT}, which showed each failing search episode cut at its head (system prompt first, 700 "
-             "characters), so where the prompt was long (a chess position's legal moves, a math problem with its "
-             "reasoning) the model never saw the reply that failed; one 1.5B chess candidate copied a cut prompt "
-             "line, marker included, into its harness. Now each message is cut in its middle and the episode's "
-             "last replies and ending are always shown (`whalekit.proposers.report.episode_text`).", ""]
+             "characters), so where the prompt was long (a chess position's legal moves) the model never saw the "
+             "reply that failed, and of a long reply (math reasoning) never its end, where the answer is; one 1.5B "
+             "chess candidate copied a cut prompt line, marker included, into its harness. Now each message is cut "
+             "in its middle and the episode's last replies and ending are always shown "
+             "(`whalekit.proposers.report.episode_text`).", ""]
     for iterations in sorted({int(r["iterations"]) for r in records}):
         lines += [f"## {iterations} search rounds ({iterations * 2} candidates)", "",
                   "| domain | proposer | valid | novel | best search | test | per seed | vs reflective "
