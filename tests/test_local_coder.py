@@ -229,3 +229,11 @@ def test_the_local_coder_sees_the_failing_reply_and_a_copied_cut_goes_back_to_it
     assert "[assistant] I pick <move>e2e4" in model.requests[0][1]["content"]
     assert "a trace was shortened" in model.requests[1][-1]["content"] and candidate.meta["repairs"] == 1
     assert copied_cut(copied, copied) is None, "a marker the parent already holds is not the model's copy"
+
+
+def test_a_hook_written_without_self_goes_back_instead_of_joining_the_module_as_dead_code():
+    source, problem = splice("def format_tool_result(result, state):\n    return 'x'\n", H0)
+    assert source is None and "def format_tool_result(self, ...)" in str(problem)
+    helper, fine = splice("def tidy(text):\n    return text.strip()\n\n"
+                          "def should_stop(self, state):\n    return tidy('a') == 'a'\n", H0)
+    assert fine is None and "def tidy(text)" in str(helper), "a helper of its own name still joins the module"

@@ -141,6 +141,9 @@ import re
 from whalekit.harness import FinalAnswer, FormatError, GenerationSettings, Harness
 
 class ChessH0(Harness):
+    """The starting harness."""
+    name = "chess-h0"
+
     def system_prompt(self, task):
         return "Play the best move."
 
@@ -162,6 +165,8 @@ class ChessH0(Harness):
     (lambda s: s.replace('"Play the best move."', '"Play the best move. e.g. puzzle-00042"'), "puzzle-00042"),
     (lambda s: s.replace("max_new_tokens=16", "max_new_tokens=64"), "parameter tuning"),
     (lambda s: s.replace("[-1]", "[0]"), "parameter tuning"),
+    (lambda s: s.replace('"""The starting harness."""', '"""Tuned."""').replace('"chess-h0"', '"chess-better"')
+     .replace("max_new_tokens=16", "max_new_tokens=64"), "parameter tuning"),  # a new name is no mechanism
     (lambda s: s.replace("Play the best move.", "Reply with one move in UCI, nothing else."), None),
     (lambda s: s.replace("moves[-1]", "sorted(moves, key=lambda x: len(x))[-1]"), None),
 ])

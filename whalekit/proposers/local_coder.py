@@ -150,8 +150,15 @@ def splice(code: str, parent_source: str) -> tuple[str | None, str | None]:
     parent_class = next((n for n in ast.parse(parent_source).body if isinstance(n, ast.ClassDef)), None)
     attributes_known = {t.id for n in (parent_class.body if parent_class else []) if isinstance(n, ast.Assign)
                         for t in n.targets if isinstance(t, ast.Name)}
+    hooks = {n.name for n in (parent_class.body if parent_class else []) if isinstance(n, ast.FunctionDef)} | \
+        {name for name in dir(harness.Harness) if not name.startswith("_")}
     methods, attributes, imports, module = {}, {}, [], []
     for node in body:
+        if isinstance(node, ast.FunctionDef) and node.name in hooks and not (
+                node.args.args and node.args.args[0].arg == "self"):
+            return None, (f"`def {node.name}(...)` is named like the Harness method `{node.name}` but does not take "
+                          f"`self`, so it would be a module function nobody calls: write it as `def {node.name}(self, "
+                          "...)` to replace that method")
         if isinstance(node, ast.FunctionDef) and node.args.args and node.args.args[0].arg == "self":
             methods[node.name] = ast.unparse(node)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):

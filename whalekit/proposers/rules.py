@@ -75,7 +75,8 @@ class DomainRules:
             if problem:
                 return problem
         if parent_source is not None and _only_numbers_changed(parent_source, source):
-            return "domain rule: only numeric constants differ from the parent; parameter tuning is not a mechanism"
+            return ("domain rule: only numeric constants (and names or docstrings) differ from the parent; parameter "
+                    "tuning is not a mechanism")
         return None
 
 
@@ -128,6 +129,24 @@ class _MaskNumbers(ast.NodeTransformer):
         return node
 
 
+class _MaskLabels(ast.NodeTransformer):
+    """Blanks what names or describes a harness without changing what it does: docstrings and
+    the class's `name`, so a renamed harness with a tuned constant is still parameter tuning."""
+
+    def _docstring(self, node: ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) -> ast.AST:
+        first = node.body[0] if node.body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            node.body[0] = ast.Expr(value=ast.Constant(value=""))
+        return self.generic_visit(node)
+
+    visit_Module = visit_ClassDef = visit_FunctionDef = visit_AsyncFunctionDef = _docstring
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        if [getattr(t, "id", None) for t in node.targets] == ["name"] and isinstance(node.value, ast.Constant):
+            node.value = ast.Constant(value="")
+        return node
+
+
 def _only_numbers_changed(parent: str, child: str) -> bool:
     try:
         a, b = ast.parse(parent), ast.parse(child)
@@ -135,7 +154,11 @@ def _only_numbers_changed(parent: str, child: str) -> bool:
         return False
     if ast.dump(a) == ast.dump(b):
         return False  # identical code is reported as a duplicate elsewhere
-    return ast.dump(_MaskNumbers().visit(a)) == ast.dump(_MaskNumbers().visit(b))
+
+    def masked(tree: ast.AST) -> str:
+        return ast.dump(_MaskNumbers().visit(_MaskLabels().visit(tree)))
+
+    return masked(a) == masked(b)
 
 
 RULES: dict[str, DomainRules] = {
