@@ -152,13 +152,10 @@ def _only_numbers_changed(parent: str, child: str) -> bool:
         a, b = ast.parse(parent), ast.parse(child)
     except SyntaxError:
         return False
+    a, b = _MaskLabels().visit(a), _MaskLabels().visit(b)
     if ast.dump(a) == ast.dump(b):
-        return False  # identical code is reported as a duplicate elsewhere
-
-    def masked(tree: ast.AST) -> str:
-        return ast.dump(_MaskNumbers().visit(_MaskLabels().visit(tree)))
-
-    return masked(a) == masked(b)
+        return False  # no number changed: a copy is a duplicate, a new name or docstring alone is no change
+    return ast.dump(_MaskNumbers().visit(a)) == ast.dump(_MaskNumbers().visit(b))
 
 
 RULES: dict[str, DomainRules] = {
