@@ -1,6 +1,7 @@
-"""What a proposer reads of a failing episode: every message but the system prompt, each cut
-in its middle (head and tail kept, the cut marked with its size), the ending (final answer,
-error) always shown, so the failure itself is never cut away however long the prompt was."""
+"""What a proposer reads of a failing episode: every message but the system prompt and the
+few-shot examples, each cut in its middle (head and tail kept, the cut marked with its size),
+the ending (final answer, error) always shown, so the failure itself is never cut away however
+long the prompt was."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ QUESTION = "Solve the current chess puzzle position.\n\nLegal moves:\n" + LEGAL 
 
 def chess_like_episode(task_id: str = "t1", replies: int = 2) -> Trajectory:
     """A failing episode whose question alone is longer than a trace's 700 characters."""
-    messages = [Message("system", "SYSTEM PROMPT " * 30), Message("user", QUESTION)]
+    messages = [Message("system", "SYSTEM PROMPT " * 30), Message("user", "EXAMPLE QUESTION", kind="few_shot"),
+                Message("assistant", "<move>a1a2</move>", kind="few_shot"), Message("user", QUESTION)]
     for turn in range(replies):
         messages.append(Message("assistant", "Let me think about the position. " * 8 + f"<move>z{turn}z9</move>"))
         messages.append(Message("user", f"The move z{turn}z9 is not legal here. " + LEGAL, kind="feedback"))
@@ -38,7 +40,7 @@ def test_a_long_text_keeps_its_head_and_tail_and_says_how_much_was_cut():
 
 def test_the_failing_reply_and_the_ending_survive_a_prompt_longer_than_the_limit():
     text = episode_text(chess_like_episode(), 700)
-    assert "SYSTEM PROMPT" not in text, "the harness source holds the system prompt"
+    assert "SYSTEM PROMPT" not in text and "EXAMPLE" not in text, "the harness source holds both"
     assert "[assistant] I pick <move>e2e4" in text, "the last reply, whole"
     assert text.endswith("[end] final answer: None; error: no closed <move> tag")
     assert "[user/feedback] The move z0z9 is not legal" in text and CUT_MARKER.search(text)

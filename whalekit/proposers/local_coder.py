@@ -242,8 +242,9 @@ class LocalCoderProposer(Proposer):
                  f"What happened on the search problems:\n{report}"]
         traces = self._failing_traces(archive, parent, version)
         if traces:
-            parts.append("Failing search episodes of this harness (messages in order, the system prompt left out; "
-                         "long messages are cut in the middle, marked [… N chars cut …]):\n" + "\n\n".join(traces))
+            parts.append("Failing search episodes of this harness (messages in order; the system prompt and few-shot "
+                         "examples left out, the harness has them; long messages are cut in the middle, marked "
+                         "[… N chars cut …]):\n" + "\n\n".join(traces))
         if self.config.ideas and self.domain.mechanisms():
             ideas = "\n".join(f"- {m.name}: {_first_sentence(m.hypothesis)}" for m in self.domain.mechanisms())
             parts.append("Ideas others tried in this domain (names only; write your own code):\n" + ideas)

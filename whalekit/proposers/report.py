@@ -64,13 +64,14 @@ def cut_middle(text: str, limit: int) -> str:
 
 def episode_text(trajectory: Trajectory, limit: int, indent: str = "", min_share: int = 120) -> str:
     """One episode as a proposer reads it, in about `limit` characters: every message but the
-    system prompt (the harness source holds it), each cut in its middle to an equal share; when
+    system prompt and the few-shot examples (the harness source holds both), each cut in its
+    middle to an equal share; when
     the shares would fall below `min_share`, the first user message and the last messages are
     kept and the middle ones counted; then how the episode ended (the harness's final answer,
     its error). Why: the failure shows in the model's last replies and the ending, which a cut
     of the whole episode's head left out whenever the prompt was long (a chess position's legal
     moves fill 700 characters)."""
-    messages = [m for m in trajectory.messages if m.role != "system"]
+    messages = [m for m in trajectory.messages if m.role != "system" and m.kind != "few_shot"]
     ending = f"{indent}[end] final answer: {trajectory.final_answer!r}" + (
         f"; error: {cut_middle(trajectory.error, 200)}" if trajectory.error else "")
     budget = max(limit - len(ending), min_share)
