@@ -54,6 +54,12 @@ def _scores(records: Sequence[dict[str, Any]], point: str) -> dict[int, dict[str
     return {int(r["seed"]): {k: float(v) for k, v in r["test"][f"{point}_per_problem"].items()} for r in records}
 
 
+def _runs(records: Sequence[dict[str, Any]], domain: str, proposer: str, iterations: int) -> list[dict[str, Any]]:
+    """The records of one proposer in one domain at one search length."""
+    return [r for r in records if r["domain"] == domain and r["proposer"] == proposer
+            and int(r["iterations"]) == iterations]
+
+
 def _mean(values: Sequence[float]) -> str:
     return f"{sum(values) / len(values):,.0f}" if values else "—"
 
@@ -109,10 +115,8 @@ def decision(records: Sequence[dict[str, Any]], iterations: int = 3, candidate: 
     domain can count: a single run's problem noise is not a verdict)."""
     lines, wins, domains = [], 0, 0
     for domain in sorted({str(r["domain"]) for r in records}):
-        mine = {int(r["seed"]): r for r in records if r["domain"] == domain and r["proposer"] == candidate
-                and int(r["iterations"]) == iterations}
-        base = {int(r["seed"]): r for r in records if r["domain"] == domain and r["proposer"] == BASELINE
-                and int(r["iterations"]) == iterations}
+        mine = {int(r["seed"]): r for r in _runs(records, domain, candidate, iterations)}
+        base = {int(r["seed"]): r for r in _runs(records, domain, BASELINE, iterations)}
         seeds = sorted(set(mine) & set(base))
         if not seeds:
             continue
@@ -215,18 +219,15 @@ def superseded_effect(records: Sequence[dict[str, Any]], iterations: int = 3) ->
     lines = []
     for name, old in SUPERSEDED.items():
         for domain in sorted({str(r["domain"]) for r in records}):
-            now = [r for r in records if r["domain"] == domain and r["proposer"] == name
-                   and int(r["iterations"]) == iterations]
-            before = [r for r in records if r["domain"] == domain and r["proposer"] == old
-                      and int(r["iterations"]) == iterations]
-            mine, theirs = _scores(now, "final"), _scores(before, "final")
+            mine = _scores(_runs(records, domain, name, iterations), "final")
+            theirs = _scores(_runs(records, domain, old, iterations), "final")
             if set(mine) & set(theirs):
                 diff = paired_difference(mine, theirs)
                 lines.append(f"- {domain}: {name} − {old} = {diff.format(signed=True)} points (seeds "
                              f"{diff.format_seeds(signed=True)})")
     if not lines:
         return []
-    return ["## What the trace view changed (3 rounds)", "",
+    return [f"## What the trace view changed ({iterations} rounds)", "",
             "The same proposer and seeds before and after the trace view changed (paired per seed, test mean@8 of "
             "the accepted harness):", "", *lines, ""]
 
