@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -200,10 +201,11 @@ def test_model_code_cannot_exceed_its_process_count(world: dict) -> None:
     assert int(result.stdout.strip()) < 6  # the sandbox's own interpreter counts as one
 
 
-def _readable_for_everyone(paths: list[str]) -> str:
+def _readable_for_everyone(paths: list[str], scratch: Path) -> str:
     """Shell lines (run in a private mount namespace) that make `paths` reachable for an
     unprivileged user where an ancestor is closed to others (e.g. Python under /root), by
-    mounting a 0755 tmpfs over that ancestor with only the needed children bound back in."""
+    mounting a 0755 tmpfs over that ancestor with only the needed children bound back in.
+    The stash folders that hold the children meanwhile are made under `scratch`."""
     needed: dict[Path, set[str]] = {}
     for path in paths:
         parts = Path(path).resolve().parts
@@ -213,8 +215,8 @@ def _readable_for_everyone(paths: list[str]) -> str:
                 needed.setdefault(ancestor, set()).add(parts[depth + 1])
                 break
     lines = []
-    for ancestor, children in needed.items():
-        stashes = {child: f"/tmp/whalekit-stash-{uuid.uuid4().hex[:8]}" for child in sorted(children)}
+    for number, (ancestor, children) in enumerate(needed.items()):
+        stashes = {child: scratch / f"stash-{number}-{index}" for index, child in enumerate(sorted(children))}
         for child, stash in stashes.items():
             lines += [f"mkdir -p {stash}", f"mount --bind {ancestor / child} {stash}"]
         lines.append(f"mount -t tmpfs -o mode=0755 whalekit {ancestor}")
@@ -232,14 +234,28 @@ def test_the_catalogue_holds_as_an_unprivileged_user(tmp_path: Path) -> None:
     if not (shutil.which("unshare") and shutil.which("setpriv")):
         pytest.skip("util-linux's unshare and setpriv are needed to drop to a normal user")
     base = os.path.realpath(sys.base_prefix)
+    # pytest's own tmp_path sits in a folder only root may enter, so the unprivileged run's
+    # temporary files, and the mount stashes, go in a folder of their own, removed afterwards.
+    scratch = Path(tempfile.mkdtemp(prefix="whalekit-hostile-"))
+    os.chmod(scratch, 0o755)
+    user_tmp = scratch / "user"
+    user_tmp.mkdir()
+    os.chown(user_tmp, 65534, 65534)
     script = tmp_path / "as_user.sh"
-    script.write_text("set -e\nmount --make-rprivate /\n" + _readable_for_everyone([base, str(ROOT), sys.prefix]) +
+    script.write_text("set -e\nmount --make-rprivate /\n" +
+                      _readable_for_everyone([base, str(ROOT), sys.prefix], scratch) +
                       f"\ncd {ROOT}\nexec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all "
                       f"env -i HOME=/tmp PATH=/usr/bin:/bin WHALEKIT_HOSTILE_UNPRIVILEGED=1 "
                       f"PYTHONDONTWRITEBYTECODE=1 {sys.executable} -m pytest -q -p no:cacheprovider "
-                      f"-o cache_dir=/tmp/whalekit-nocache --basetemp=/tmp/whalekit-hostile-{uuid.uuid4().hex[:8]} "
+                      f"-o cache_dir={user_tmp}/nocache --basetemp={user_tmp}/pytest "
                       f"tests/test_hostile.py tests/test_sandbox.py tests/test_isolation.py\n")
-    run = subprocess.run(["unshare", "--mount", "sh", str(script)], capture_output=True, text=True, timeout=900)
+    try:
+        run = subprocess.run(["unshare", "--mount", "sh", str(script)], capture_output=True, text=True, timeout=900)
+    finally:
+        # The binds lived in the child's mount namespace, so here the stashes are empty folders;
+        # a stash that is a mount point here would hold the real tree, and must not be removed.
+        assert not any(os.path.ismount(stash) for stash in scratch.iterdir()), f"{scratch} holds a mount"
+        shutil.rmtree(scratch)
     tail = (run.stdout + run.stderr)[-3000:]
     assert run.returncode == 0, tail
     assert " passed" in run.stdout and " skipped" not in run.stdout.split("\n")[-2].replace("1 skipped", ""), tail

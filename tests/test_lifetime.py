@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -159,14 +160,31 @@ def test_the_sweep_removes_files_of_dead_processes_and_keeps_those_of_live_ones(
     mine = tmp_path / f"whalekit-weights-{live}-de_f2.bin"
     openmp_stale = tmp_path / f"__KMP_REGISTERED_LIB_{dead}_{os.getuid()}"  # an engine's libiomp5, SIGKILLed
     openmp_mine = tmp_path / f"__KMP_REGISTERED_LIB_{live}_{os.getuid()}"
+    rpc_stale = tmp_path / f"whalekit-rpc-{dead}-k_3x"  # a SIGKILLed sampler's ZMQ socket folder
     others = [tmp_path / "psm_1a2b3c", tmp_path / f"vllm_offload_{dead}.mmap", tmp_path / "whalekit-adapter-k2j3z"]
     for path in [stale, mine, openmp_stale, openmp_mine, *others]:
         path.write_bytes(b"x")
-    stale_folder.mkdir()
-    (stale_folder / "adapter_model.safetensors").write_bytes(b"x")
-    assert sorted(lifetime.sweep_stale_shared_files([tmp_path])) == sorted([stale, stale_folder, openmp_stale])
+    for folder in (stale_folder, rpc_stale):
+        folder.mkdir()
+        (folder / "adapter_model.safetensors").write_bytes(b"x")
+    assert sorted(lifetime.sweep_stale_shared_files([tmp_path])) == sorted([stale, stale_folder, openmp_stale,
+                                                                            rpc_stale])
     assert mine.exists() and openmp_mine.exists()  # a live owner keeps its files
     assert all(p.exists() for p in others)  # no owner whalekit can tell: never touched
+
+
+def test_an_owned_temp_folder_is_private_and_names_its_owner_for_the_sweep():
+    folder = lifetime.owned_temp_folder("rpc")
+    try:
+        assert folder.parent == Path(tempfile.gettempdir()) and folder.parent in lifetime.shared_file_dirs()
+        assert folder.name.startswith(f"whalekit-rpc-{os.getpid()}-")
+        assert lifetime.owner_pid(folder.name) == os.getpid()
+        assert folder.stat().st_mode & 0o777 == 0o700
+        assert folder not in lifetime.sweep_stale_shared_files()  # its owner lives
+    finally:
+        folder.rmdir()
+    with pytest.raises(ValueError, match="lower-case"):
+        lifetime.owned_temp_folder("RPC-1")
 
 
 @linux_only
@@ -244,6 +262,45 @@ def _shm_names() -> set[str]:
     return set(os.listdir(SHM)) if SHM.is_dir() else set()
 
 
+def _rpc_folders(pid: int) -> list[Path]:
+    return sorted(Path(tempfile.gettempdir()).glob(f"whalekit-rpc-{pid}-*"))
+
+
+def _temp_unix_sockets(pids: list[int]) -> set[Path]:
+    """The unix sockets that `pids` have bound at a path in the temporary folder (vLLM's ZMQ
+    ipc:// endpoints)."""
+    temp = Path(tempfile.gettempdir())
+    paths = set()
+    for pid in pids:
+        for connection in psutil.Process(pid).net_connections(kind="unix"):
+            if connection.laddr and Path(connection.laddr).is_relative_to(temp):
+                paths.add(Path(connection.laddr))
+    return paths
+
+
+@linux_only
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_closed_vllm_sampler_leaves_no_socket_file(require_vllm):
+    """vLLM unlinks its ZMQ socket files only on a clean shutdown, and by default makes them
+    right in /tmp: each sampler's go in a folder of its own, which its close removes."""
+    from whalekit.models import load_policy
+
+    if os.environ.get("VLLM_RPC_BASE_PATH"):
+        pytest.skip("VLLM_RPC_BASE_PATH is set here, and a user's setting wins over the sampler's own folder")
+    sampler = load_policy("tiny-random", sampler="vllm", vllm_options={"dtype": "float32", "kv_cache_gib": 1}).sampler
+    try:
+        folder = sampler.rpc_folder
+        assert _rpc_folders(os.getpid()) == [folder]
+        engines = [p.pid for p in psutil.Process().children(recursive=True)]
+        sockets = _temp_unix_sockets([os.getpid(), *engines])
+        assert sockets and all(s.parent == folder for s in sockets), sockets
+        assert os.environ.get("VLLM_RPC_BASE_PATH") is None, "the setting is the engine start's only"
+    finally:
+        sampler.close()
+    assert not folder.exists() and _rpc_folders(os.getpid()) == []
+
+
 @linux_only
 @pytest.mark.slow
 @pytest.mark.timeout(900)
@@ -266,6 +323,10 @@ def test_a_sigkilled_driver_holding_a_vllm_sampler_leaves_no_process_and_no_shar
         assert engine, "the vLLM engine runs in a process of its own"
         buffers = {n for n in _shm_names() - before if n.startswith(f"whalekit-weights-{driver.pid}-")}
         assert buffers == set(), "once the engine has mapped the weight-sync buffer, its file is unlinked"
+        [rpc_folder] = _rpc_folders(driver.pid)
+        sockets = _temp_unix_sockets([driver.pid, *descendants])
+        assert sockets and all(s.parent == rpc_folder for s in sockets), \
+            f"the engine's sockets lie in the driver's own folder {rpc_folder}: {sockets}"
 
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=10)
@@ -285,6 +346,7 @@ def test_a_sigkilled_driver_holding_a_vllm_sampler_leaves_no_process_and_no_shar
         while left() and time.monotonic() < killed_at + 15.0:
             time.sleep(0.2)
         assert left() == set(), "files left in /dev/shm"
+        assert not rpc_folder.exists(), "the sweep removes the dead driver's socket folder, sockets and all"
     finally:
         if driver.poll() is None:
             driver.kill()

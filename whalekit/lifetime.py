@@ -8,7 +8,8 @@ then lives on holding its KV cache and spinning a core, and the weight-sync buff
 (`whalekit-weights-<pid>-*.bin`, hundreds of MB) stays in /dev/shm (issue 52, item 3). Only
 the kernel can act on a SIGKILL, so the children ask it to: `prctl(PR_SET_PDEATHSIG, SIGKILL)`
 kills a child as soon as its parent dies, by any signal. What the dead process left in
-/dev/shm is removed by the next driver that starts a vLLM engine.
+/dev/shm, or in the temporary folder (`owned_temp_folder`), is removed by the next driver
+that starts a vLLM engine.
 
 Two ways in:
 
@@ -180,6 +181,16 @@ def sweep_stale_shared_files(dirs: Iterable[Path] | None = None) -> list[Path]:
         logger.warning("removed %d file(s) left in shared memory by dead processes: %s", len(removed),
                        ", ".join(p.name for p in removed))
     return removed
+
+
+def owned_temp_folder(kind: str) -> Path:
+    """A new private folder `whalekit-<kind>-<pid>-<random>` in the temporary folder, for
+    files another program makes on this process's behalf and never removes when it is
+    killed (vLLM's ZMQ sockets: whalekit.samplers.vllm). Its owner removes it when done;
+    if the owner dies first, its name is one of STALE_NAMES, so the next sweep removes it."""
+    if not re.fullmatch(r"[a-z][a-z_]*", kind):
+        raise ValueError(f"kind {kind!r}: lower-case letters and '_' only, or the sweep would not know the folder")
+    return Path(tempfile.mkdtemp(prefix=f"whalekit-{kind}-{os.getpid()}-"))
 
 
 def pid_alive(pid: int) -> bool:

@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.cpu_info import cpu_has_native_bf16
+from whalekit.lifetime import owned_temp_folder
 from whalekit.model_files import cache_dir, load_tokenizer
 from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams
 from whalekit.samplers.vllm_sync import SharedWeights
@@ -127,8 +129,13 @@ class VLLMSampler(Sampler):
         if lora_rank is not None:  # one adapter at a time: the trainer's current one (and the one it replaces)
             kwargs.update(enable_lora=True, max_lora_rank=int(lora_rank), max_loras=1, max_cpu_loras=2)
         kwargs.update(engine_kwargs or {})
-        with _preloading(self.preloaded):
-            self.llm = vllm.LLM(**kwargs)
+        self.rpc_folder = _rpc_folder()
+        try:
+            with _preloading(self.preloaded), _environment("VLLM_RPC_BASE_PATH", self.rpc_folder):
+                self.llm = vllm.LLM(**kwargs)
+        except BaseException:
+            self._remove_rpc_folder()
+            raise
         self._vllm = vllm
         self.eos_ids = _eos_ids(self.model_path, self.tokenizer)
         self._in_flight: dict[str, str] = {}  # vLLM request id -> the engine's key, for submit/poll
@@ -340,6 +347,13 @@ class VLLMSampler(Sampler):
         del llm
 
         gc.collect()
+        self._remove_rpc_folder()
+
+    def _remove_rpc_folder(self) -> None:
+        folder = getattr(self, "rpc_folder", None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+            self.rpc_folder = None
 
 
 def resolve_dtype(dtype: str, on_gpu: bool, cpuinfo: str | None = None) -> str:
@@ -379,6 +393,39 @@ def cpu_preload_libraries() -> list[str]:
         if matches:
             found.append(matches[0])
     return found
+
+
+def _rpc_folder() -> Path | None:
+    """Where the engine's ZMQ sockets go. vLLM names them ipc://<VLLM_RPC_BASE_PATH>/<uuid4>,
+    by default right in /tmp, and unlinks them only on a clean shutdown: every engine killed
+    (a SIGKILLed driver, a test that stops one) left about seven socket files there for good.
+    In a folder of this sampler's they go with it: `close()` removes it, and if the driver
+    dies first the next engine start's sweep does (whalekit.lifetime.owned_temp_folder).
+    None where the user has set VLLM_RPC_BASE_PATH: their setting wins."""
+    if os.environ.get("VLLM_RPC_BASE_PATH"):
+        return None
+    return owned_temp_folder("rpc")
+
+
+class _environment:
+    """`name` is `value` in this process's environment while vLLM starts (its engine
+    processes inherit it), restored afterwards; None changes nothing."""
+
+    def __init__(self, name: str, value: Path | None):
+        self.name, self.value = name, value
+
+    def __enter__(self) -> None:
+        self.saved = os.environ.get(self.name)
+        if self.value is not None:
+            os.environ[self.name] = str(self.value)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.value is None:
+            return
+        if self.saved is None:
+            os.environ.pop(self.name, None)
+        else:
+            os.environ[self.name] = self.saved
 
 
 class _preloading:
