@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,12 +34,14 @@ from typing import Any
 from whalekit.archive import Archive, archive_folders
 from whalekit.cpu_info import cpu_kind
 from whalekit.domains.base import get_domain
+from whalekit.lifetime import run_child
 from whalekit.proposers.ledger import Ledger
 from whalekit.proposers.novelty import novel_statements
 from whalekit.provenance import git_commit
 from whalekit.report.run_summaries import load_run
 from whalekit.repro.code_identity import RunCode
 from whalekit.runs import RunDir
+from whalekit.shutdown import exit_on_sigterm
 
 # label -> (the whalekit proposer it runs, extra `--set` overrides): the 0.5B coder is the same
 # `local` proposer on the smaller model of whalekit.proposer_models
@@ -131,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lock", default=None, help="take this flock file for each run (not for the whole "
                         "benchmark), so other CPU jobs can run between runs")
     args = parser.parse_args(argv)
+    exit_on_sigterm()  # a terminated benchmark terminates its run, which closes its engine and server
     started = time.monotonic()
     plan = [(d, s, p) for s in args.seeds for d in args.domains for p in args.proposers]
     done_walls: list[float] = []
@@ -151,11 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         run_dir = Path(args.runs_root) / proposer / f"i{args.iterations}" / "cpu" / domain / f"harness_only-s{seed}"
         run_started = time.monotonic()
         if not RunDir(run_dir).done:  # a run finished before its record was written is only summarised
-            done = subprocess.run(["flock", args.lock, *command] if args.lock else command, check=False)
-            if done.returncode != 0:
-                print(f"{domain} {proposer} seed {seed}: `{' '.join(command[1:])}` failed ({done.returncode})",
+            returncode = run_child(command, lock=args.lock)  # stopping the benchmark stops its run
+            if returncode != 0:
+                print(f"{domain} {proposer} seed {seed}: `{' '.join(command[1:])}` failed ({returncode})",
                       flush=True)
-                return done.returncode
+                return returncode
         wall = time.monotonic() - run_started
         done_walls.append(wall)
         record = summarise(run_dir, domain, proposer, seed, args.iterations, wall, command)

@@ -9,6 +9,7 @@ reason where vllm is not importable or WHALEKIT_NO_VLLM=1 is set."""
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import json
 import multiprocessing
@@ -111,6 +112,63 @@ def test_a_child_whose_parent_is_already_gone_exits_before_doing_anything():
     assert (orphaned.returncode, orphaned.stdout) == (lifetime.ORPHANED_EXIT_CODE, "")
     adopted = subprocess.run([sys.executable, "-c", code, "0"], cwd=REPO, capture_output=True, text=True)
     assert (adopted.returncode, adopted.stdout) == (0, "ran\n")
+
+
+# -- a child run to its end (run_child) --------------------------------------------------------
+# What a benchmark does with each run: `run_child(command, lock=...)` in a process that turns
+# SIGTERM into SystemExit. The child notes its pid, then whether it was asked to stop.
+RUNNER = """
+import sys
+from whalekit.lifetime import run_child
+from whalekit.shutdown import exit_on_sigterm
+exit_on_sigterm()
+child = ("import os, signal, sys, time\\n"
+         "note = lambda line: open(sys.argv[1], 'a').write(line + chr(10))\\n"
+         "signal.signal(signal.SIGTERM, lambda *_: (note('asked to stop'), sys.exit(0)))\\n"
+         "note(str(os.getpid()))\\n"
+         "time.sleep(300)\\n")
+sys.exit(run_child([sys.executable, "-c", child, sys.argv[1]], lock=sys.argv[2]))
+"""
+
+
+def _lock_is_free(lock: Path) -> bool:
+    with lock.open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return True
+
+
+@linux_only
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["terminated", "killed"])
+def test_a_run_child_holds_the_lock_and_ends_with_its_parent(tmp_path, signum):
+    notes, lock = tmp_path / "child.notes", tmp_path / "cpu.lock"
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(notes), str(lock)], cwd=REPO)
+    child = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (notes.exists() and notes.read_text().endswith("\n")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = int(notes.read_text().split()[0])
+        assert not _gone(child) and not _lock_is_free(lock), "the child runs, and the lock is held meanwhile"
+        runner.send_signal(signum)
+        runner.wait(timeout=60)
+        assert _wait_gone([child], timeout=10.0) == [], "the child outlived its runner"
+        if signum == signal.SIGTERM:
+            assert runner.returncode == 128 + signal.SIGTERM
+            assert notes.read_text().splitlines()[1:] == ["asked to stop"], "a terminated child may close cleanly"
+        assert _lock_is_free(lock)
+    finally:
+        runner.kill()
+        runner.wait()
+        if child is not None:
+            _kill([child])
+
+
+def test_run_child_returns_the_childs_exit_status():
+    assert lifetime.run_child([sys.executable, "-c", "raise SystemExit(3)"]) == 3
 
 
 # -- the vLLM plugin --------------------------------------------------------------------------

@@ -14,6 +14,7 @@ that starts a vLLM engine.
 Two ways in:
 
     subprocess.Popen(argv, preexec_fn=dies_with_this_process())   # a child whalekit starts itself
+    run_child(argv, lock="/tmp/whalekit-cpu.lock")                # the same, run to its end under a lock
     [project.entry-points."vllm.general_plugins"] whalekit-lifetime = "whalekit.lifetime:vllm_general_plugin"
 
 vLLM calls every `vllm.general_plugins` entry point in the driver (EngineArgs.__post_init__),
@@ -32,8 +33,10 @@ CPU always spawns; on GPU it spawns once CUDA is initialised).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import fcntl
 import functools
 import logging
 import multiprocessing
@@ -41,9 +44,10 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -104,6 +108,32 @@ def dies_with_this_process() -> Callable[[], None]:
     outlives it: see the module's note on threads."""
     _prctl()
     return functools.partial(die_with_parent, os.getpid())
+
+
+def run_child(command: Sequence[str], *, lock: str | Path | None = None, grace_s: float = 120.0) -> int:
+    """Run `command` to its end and return its exit status, as a child that ends with this
+    process: when this process is interrupted (Ctrl-C, or SIGTERM made SystemExit by
+    whalekit.shutdown.exit_on_sigterm) the child gets SIGTERM and `grace_s` seconds to close
+    its own engines and servers before SIGKILL; when this process is SIGKILLed the kernel
+    kills the child (`dies_with_this_process`). `lock`: a flock(2) file held while the child
+    runs, the same lock `flock FILE command` takes, so other CPU jobs wait their turn. Why
+    not `flock FILE command` as the child: stopping the caller then stops only flock(1), and
+    the command it forked runs on, orphaned."""
+    with contextlib.ExitStack() as stack:
+        if lock is not None:
+            handle = stack.enter_context(open(lock, "a"))  # not inherited: the lock is the caller's
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        child = subprocess.Popen(list(command), preexec_fn=dies_with_this_process())
+        try:
+            return child.wait()
+        except BaseException:
+            child.terminate()
+            try:
+                child.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            raise
 
 
 def vllm_general_plugin() -> None:

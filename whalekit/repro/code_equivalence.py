@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.repro.code_identity import PACKAGE_DIR, RunCode, ledger_entries, ledger_path, register
+from whalekit.shutdown import exit_on_sigterm
 
 TIME_FIELDS = frozenset({"timing", "wall_s"})
 SMOKE_RUNS = (*(("math", m) for m in ("whale", "weight_only", "harness_only", "fst", "stagewise",
@@ -160,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="test problems of that run (default: the preset's 64, 512 hf episodes per evaluation, "
                              "over 15 min a side on 2 cores): fewer keep the proof short and change no other setting")
     args = parser.parse_args(argv)
+    exit_on_sigterm()  # a terminated proof kills its run (subprocess.run does) and removes its temporary folder
     pairs = [tuple(r.split(":", 1)) for r in args.runs] if args.runs else list(SMOKE_RUNS)
     runs: list[tuple[str, str, str, tuple[str, ...]]] = [("smoke", domain, method, ()) for domain, method in pairs]
     if args.cpu_math_rollouts:
