@@ -339,9 +339,10 @@ def _temp_unix_sockets(pids: list[int]) -> set[Path]:
 @linux_only
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_closed_vllm_sampler_leaves_no_socket_file(require_vllm):
-    """vLLM unlinks its ZMQ socket files only on a clean shutdown, and by default makes them
-    right in /tmp: each sampler's go in a folder of its own, which its close removes."""
+def test_a_closed_vllm_sampler_leaves_no_file_behind(require_vllm):
+    """vLLM left its ZMQ socket files in /tmp even after a clean shutdown, and its killed
+    worker's OpenMP registration file in /dev/shm: the sockets go in a folder of the
+    sampler's own, which its close removes, and its close sweeps /dev/shm."""
     from whalekit.models import load_policy
 
     if os.environ.get("VLLM_RPC_BASE_PATH"):
@@ -350,13 +351,20 @@ def test_a_closed_vllm_sampler_leaves_no_socket_file(require_vllm):
     try:
         folder = sampler.rpc_folder
         assert _rpc_folders(os.getpid()) == [folder]
-        engines = [p.pid for p in psutil.Process().children(recursive=True)]
+        children = psutil.Process().children(recursive=True)  # multiprocessing's resource tracker too
+        engines = [p.pid for p in children if "VLLM::" in " ".join(p.cmdline())]  # EngineCore and its worker
+        assert engines
         sockets = _temp_unix_sockets([os.getpid(), *engines])
         assert sockets and all(s.parent == folder for s in sockets), sockets
         assert os.environ.get("VLLM_RPC_BASE_PATH") is None, "the setting is the engine start's only"
+        if any("libiomp5" in library for library in sampler.preloaded):
+            engine_files = {n for n in _shm_names() if lifetime.owner_pid(n) in engines}
+            assert engine_files, "the engine's processes registered Intel OpenMP in /dev/shm"
     finally:
         sampler.close()
     assert not folder.exists() and _rpc_folders(os.getpid()) == []
+    assert _wait_gone(engines, timeout=15.0) == []
+    assert {n for n in _shm_names() if lifetime.owner_pid(n) in engines} == set(), "files left in /dev/shm"
 
 
 @linux_only

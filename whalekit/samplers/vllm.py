@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.cpu_info import cpu_has_native_bf16
-from whalekit.lifetime import owned_temp_folder
+from whalekit.lifetime import owned_temp_folder, sweep_stale_shared_files
 from whalekit.model_files import cache_dir, load_tokenizer
 from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams
 from whalekit.samplers.vllm_sync import SharedWeights
@@ -348,6 +348,9 @@ class VLLMSampler(Sampler):
 
         gc.collect()
         self._remove_rpc_folder()
+        # The engine's processes have ended; Intel OpenMP's registration file of one that was
+        # killed at shutdown (its worker) stays in /dev/shm unless it is swept now.
+        sweep_stale_shared_files()
 
     def _remove_rpc_folder(self) -> None:
         folder = getattr(self, "rpc_folder", None)
