@@ -400,8 +400,8 @@ def cpu_preload_libraries() -> list[str]:
 
 def _rpc_folder() -> Path | None:
     """Where the engine's ZMQ sockets go. vLLM names them ipc://<VLLM_RPC_BASE_PATH>/<uuid4>,
-    by default right in /tmp, and unlinks them only on a clean shutdown: every engine killed
-    (a SIGKILLed driver, a test that stops one) left about seven socket files there for good.
+    by default right in /tmp, and leaves them there even after a clean shutdown: every engine
+    start left about seven socket files in /tmp for good (255 after a day of runs and tests).
     In a folder of this sampler's they go with it: `close()` removes it, and if the driver
     dies first the next engine start's sweep does (whalekit.lifetime.owned_temp_folder).
     None where the user has set VLLM_RPC_BASE_PATH: their setting wins."""
