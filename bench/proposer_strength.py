@@ -1,15 +1,25 @@
 """How strong is the harness lever? Each proposer runs the same harness-only search from the
 cpu preset's starting point (h0_cpu, the initial SmolLM2-135M weights) with the same budget:
 by default the cpu WHALE run's harness phases, 3 rounds of 2 candidates on the 48-problem
-search split (336 rollouts: the first round also scores the incoming harness); then the
-accepted harness is evaluated once on the test split (64 problems x 8 samples).
+search split (the first round also scores the incoming harness); then the accepted harness
+is evaluated once on the test split (64 problems x 8 samples).
+
+The budget is rounds, as in a WHALE harness phase: a round whose candidates all failed
+validation still counts, so every proposer gets the same proposer calls (an unreliable one
+gets fewer evaluated candidates; its valid rate says how many). Records of schema 1 gave the
+search a rollout budget instead: a round without a valid candidate cost nothing and another
+followed, until two such rounds in a row ended the run, so a local proposer's search could
+run past its rounds, or stop after 2 of 15. The catalogue proposers' candidates are always
+valid, so for them the two budgets are the same runs; the local proposers' schema-1 records
+are kept, labelled, under `results/proposers-v2/` (and `-v1/`).
 
 Proposers: `reflective` (the offline catalogue proposer every cpu record used), `local`
 (Qwen2.5-Coder-1.5B-Instruct writing code through llama.cpp), `local-0.5b` (the same proposer
 on Qwen2.5-Coder-0.5B-Instruct), `random-catalogue` (random
 mechanism sets: the control), and `none` (no search: h0's own test score, from the same runs'
 initial evaluation). Each run is a real `whalekit run` (harness_only, `--set proposer=...`,
-`--set budget.rollouts=...`), in its own process under the caller's CPU lock; its summary is
+`--set budget.search_iterations=...` in budget.mode weight_steps, which caps harness_only at
+that many proposer iterations), in its own process under the caller's CPU lock; its summary is
 written to `results/proposers/<domain>/<proposer>-i<I>-s<seed>.json` as it finishes, so the
 benchmark resumes where it stopped (`--max-hours` ends it at a run boundary) and
 `python -m whalekit.report.proposer_table` turns the records into `docs/proposers.md`.
@@ -53,9 +63,15 @@ CANDIDATES_PER_ROUND, SEARCH_PROBLEMS = 2, 48
 
 
 def budget_for(iterations: int) -> int:
-    """Rollouts of `iterations` search rounds at fixed weights: the first also scores the
-    incoming harness on the search split."""
+    """The most rollouts `iterations` search rounds at fixed weights take (every candidate
+    valid): the first also scores the incoming harness on the search split."""
     return SEARCH_PROBLEMS + iterations * CANDIDATES_PER_ROUND * SEARCH_PROBLEMS
+
+
+def budget_settings(iterations: int) -> list[str]:
+    """`--set`s for a budget of `iterations` proposer rounds: harness_only in weight_steps
+    mode runs exactly that many (weight_steps is required there, and unused: nothing trains)."""
+    return ["budget.mode=weight_steps", "budget.weight_steps=1", f"budget.search_iterations={iterations}"]
 
 
 def record_path(results: Path, domain: str, proposer: str, iterations: int, seed: int) -> Path:
@@ -65,8 +81,8 @@ def record_path(results: Path, domain: str, proposer: str, iterations: int, seed
 def run_command(domain: str, proposer: str, seed: int, iterations: int, runs_root: Path) -> list[str]:
     return [sys.executable, "-m", "whalekit.cli", "run", "--domain", domain, "--method", "harness_only",
             "--preset", "cpu", "--seed", str(seed), "--runs-root", str(runs_root / proposer / f"i{iterations}"),
-            "--set", f"proposer={VARIANTS[proposer][0]}", "--set", f"budget.rollouts={budget_for(iterations)}",
-            *[flag for setting in VARIANTS[proposer][1] for flag in ("--set", setting)]]
+            "--set", f"proposer={VARIANTS[proposer][0]}",
+            *[flag for setting in budget_settings(iterations) + VARIANTS[proposer][1] for flag in ("--set", setting)]]
 
 
 def summarise(run_dir: Path, domain: str, proposer: str, seed: int, iterations: int, wall_s: float,
@@ -98,8 +114,11 @@ def summarise(run_dir: Path, domain: str, proposer: str, seed: int, iterations: 
     accepted = str((run.end or {}).get("accepted_id"))
     seed_source = archive.source(archive.seed_id())
     return {
-        "schema_version": 1, "domain": domain, "proposer": proposer, "seed": seed, "iterations": iterations,
-        "budget": budget_for(iterations), "policy": run.config.get("model"),
+        "schema_version": 2, "domain": domain, "proposer": proposer, "seed": seed, "iterations": iterations,
+        "budget": {"search_rounds": iterations, "most_rollouts": budget_for(iterations),
+                   "rollouts": int((run.end or {}).get("rollouts") or 0),
+                   "rounds_run": len(run.of("search_iteration"))},
+        "policy": run.config.get("model"),
         "proposer_model": (ledger[0].get("model") if ledger else None),
         "cpu_kind": cpu_kind(), "sampler": (run.config.get("provenance") or {}).get("sampler"),
         "commit": git_commit(), "run_code_source_sha256": RunCode.of_package().source_sha256,

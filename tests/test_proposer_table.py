@@ -77,6 +77,10 @@ def test_the_strength_bench_runs_the_half_size_coder_as_the_local_proposer_on_th
     assert "proposer=local" in settings and "proposer_options.model=qwen2.5-coder-0.5b" in settings
     assert str(Path("runs/proposers/local-0.5b/i3")) in command, "its runs sit apart from the 1.5B model's"
     assert "proposer_options.model=qwen2.5-coder-0.5b" not in bench.run_command("math", "local", 1, 3, Path("r"))
+    # a budget of rounds (harness_only capped at its proposer iterations), not of rollouts: a round
+    # whose candidates all failed validation counts, as in a WHALE harness phase
+    assert {"budget.mode=weight_steps", "budget.search_iterations=3"} <= set(settings)
+    assert not any(s.startswith("budget.rollouts") for s in settings)
 
 
 def test_full_whale_runs_with_the_local_proposer_sit_beside_the_reproductions_split_by_lever(tmp_path):

@@ -462,6 +462,18 @@ def test_an_iteration_without_a_new_candidate_counts_and_the_harness_phase_goes_
     assert [(e["kind"], e["steps"], e["empty"]) for e in idle.events("stage_end")] == [("harness", 1, True)] * 2
 
 
+def test_a_search_budget_of_rounds_gives_every_round_even_after_empty_ones(tmp_path, monkeypatch):
+    """In weight_steps mode harness_only has its proposer iterations, as WHALE's harness
+    phases have theirs: a proposer whose candidates all failed in two rounds in a row (an LLM
+    proposer's bad luck) still gets the rest, and the run ends at the cap."""
+    monkeypatch.setattr(search_phase, "make_proposer", lambda *args, **kwargs: _EmptyProposer())
+    budget = {"mode": "weight_steps", "weight_steps": 1, "search_iterations": 5}
+    run = run_method(_config(tmp_path, "harness_only", budget=budget), policy=load_policy("tiny-random"))
+    iterations = run.events("search_iteration")
+    assert len(iterations) == 5 and all(e["empty"] for e in iterations)
+    assert run.events("run_end")[-1]["rollouts"] == run.events("run_end")[-1]["by_phase"].get("search", 0)
+
+
 @pytest.mark.parametrize("method", ["weight_only", "whale"])
 def test_the_final_evaluation_comes_after_the_last_rollout_and_a_stage_cut_by_the_budget_is_closed(tmp_path,
                                                                                                    method):

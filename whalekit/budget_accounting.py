@@ -3,7 +3,7 @@ run goes on, whether a phase may take another step, the work done, and the spent
 resumed run restores once from what its phases committed.
 
     accounting = BudgetAccounting(config, budget, phases)    # phases: {"weight": RSFTPhase, ...}
-    while accounting.left(state): ...                        # rollouts left, or weight steps / search iterations
+    while accounting.goes_on(state): ...                     # rollouts left, or weight steps / search iterations
 
 Two budget modes (`budget.mode`): `rollouts`, one rollout budget shared by weight training
 and search; `weight_steps`, equal weight steps for every method with search counted on top
@@ -44,6 +44,17 @@ class BudgetAccounting:
         if self.config.budget.mode == "rollouts":
             return self.budget.remaining > 0
         return self.weight_steps_left(state) or self.search_iterations_left(state)
+
+    def goes_on(self, state: RunState) -> bool:
+        """The run takes another step: budget is `left`, and in rollouts mode its last two
+        stages did not both stall (every step empty). Empty search iterations cost no
+        rollouts, so without that rule a proposer with nothing left to propose would loop for
+        ever. In weight_steps mode the caps end the run, so a stalled stage counts like any
+        other, as in the authors' search (its I iterations, empty or not): an LLM proposer
+        whose candidates all failed validation in two rounds in a row keeps its remaining rounds."""
+        if self.config.budget.mode == "rollouts" and state.stalled >= 2:
+            return False
+        return self.left(state)
 
     def may_step(self, kind: str, state: RunState) -> bool:
         """A phase of `kind` may take another step (its own check that it can pay for one follows)."""

@@ -79,7 +79,7 @@ class _Driver:
 
     def algorithm_1(self, state: RunState) -> None:
         try:
-            while state.stalled < 2 and self.accounting.left(state):
+            while self.accounting.goes_on(state):
                 if state.stage is None:
                     stage = self.stages.next_stage(state)
                     state.begin_stage(asdict(stage), self.budget.spent)
@@ -152,7 +152,7 @@ class _Driver:
                           time.monotonic() - self._resumed_at[1], self._resumed_at[0], unit=unit))
         # The run's last stage is left to the final evaluation (at eval_k) when the ones between take fewer samples.
         productive = state.stage_steps - state.stage_empty_steps
-        last = state.stalled >= 2 or not self.accounting.left(state)
+        last = not self.accounting.goes_on(state)
         if not (last and self.evaluator.samples("between") < self.config.eval_k) \
                 and (productive or (state.stage_steps and self.changed_since_evaluation(state))):
             self.evaluate(state, f"after {stage.kind} stage")

@@ -198,7 +198,7 @@ def count_rollouts(config: RunConfig) -> RunRollouts:
     stages = StageScheduler(config, schedule, accounting, n_train=config.n_train)
     state = RunState.fresh("h0", now=0.0)
     evaluated: list[bool] = []  # per closed stage: it changed the agent, so a test evaluation follows
-    while state.stalled < 2 and accounting.left(state):
+    while accounting.goes_on(state):
         if state.stage is None:
             state.begin_stage(asdict(stages.next_stage(state)), budget.spent)
         assert state.stage is not None

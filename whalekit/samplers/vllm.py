@@ -412,9 +412,10 @@ def _rpc_folder() -> Path | None:
 
 class _environment:
     """`name` is `value` in this process's environment while vLLM starts (its engine
-    processes inherit it), restored afterwards; None changes nothing."""
+    processes are spawned, so they inherit it), restored afterwards so that other child
+    processes are not affected; None changes nothing."""
 
-    def __init__(self, name: str, value: Path | None):
+    def __init__(self, name: str, value: str | Path | None):
         self.name, self.value = name, value
 
     def __enter__(self) -> None:
@@ -431,28 +432,16 @@ class _environment:
             os.environ[self.name] = self.saved
 
 
-class _preloading:
-    """LD_PRELOAD holds `libraries` while vLLM starts its engine processes (they are
-    spawned, so a fresh interpreter loads them first); this process's own environment is
-    restored afterwards, so other child processes are not affected."""
-
-    def __init__(self, libraries: list[str]):
-        self.libraries = libraries
-
-    def __enter__(self) -> None:
-        self.saved = os.environ.get("LD_PRELOAD")
-        if not self.libraries:
-            return
-        present = [p for p in (self.saved or "").replace(" ", ":").split(":") if p]
-        names = {Path(p).name.split(".so")[0] for p in present}
-        extra = [lib for lib in self.libraries if Path(lib).name.split(".so")[0] not in names]
-        os.environ["LD_PRELOAD"] = ":".join(extra + present)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.saved is None:
-            os.environ.pop("LD_PRELOAD", None)
-        else:
-            os.environ["LD_PRELOAD"] = self.saved
+def _preloading(libraries: list[str]) -> _environment:
+    """LD_PRELOAD holds `libraries` while vLLM starts its engine processes (a fresh,
+    spawned interpreter loads them first), ahead of what the user preloads already; a
+    library the user preloads under the same name is not added twice."""
+    if not libraries:
+        return _environment("LD_PRELOAD", None)
+    present = [p for p in os.environ.get("LD_PRELOAD", "").replace(" ", ":").split(":") if p]
+    names = {Path(p).name.split(".so")[0] for p in present}
+    extra = [lib for lib in libraries if Path(lib).name.split(".so")[0] not in names]
+    return _environment("LD_PRELOAD", ":".join(extra + present))
 
 
 def _kv_cache_gib_for_machine(model_path: Path, dtype: str, max_num_seqs: int, max_model_len: int) -> int:
