@@ -106,11 +106,17 @@ def test_full_whale_runs_with_the_local_proposer_sit_beside_the_reproductions_sp
     assert whale_runs_section(tmp_path / "none", reference, preset="smoke") == []
 
 
-def test_records_of_the_superseded_trace_view_sit_beside_the_current_ones_with_the_change_paired_per_seed():
+def test_records_of_superseded_series_sit_beside_the_current_ones_with_each_change_paired_per_seed():
     records = [_record(p, s, f) for s in range(3) for p, f in (("reflective", 0.5), ("local", 0.5 + 0.1 * s))]
-    older = [_record("local", s, 0.5) for s in range(2)]
-    text = markdown(records, superseded=older)
-    rows = {line.split("|")[2].strip(): line for line in text.splitlines() if line.startswith("| math")}
-    assert "local" in rows and "local, v1 traces" in rows and "n=2" in rows["local, v1 traces"]
-    assert "- math: local − local, v1 traces = +5.0" in text and "(seeds +0.0 / +10.0)" in text
+    rollout_budget = [_record("local", s, 0.5) for s in range(2)]
+    v1 = [_record("local", s, 0.25) for s in range(3)]
+    text = markdown(records, superseded={"rollout budget": rollout_budget, "v1 traces": v1})
+    rows = [line.split("|")[2].strip() for line in text.splitlines() if line.startswith("| math")]
+    assert rows == ["no search (h0)", "reflective", "local", "local, rollout budget", "local, v1 traces"]
+    assert "n=2" in next(line for line in text.splitlines() if line.startswith("| math | local, rollout budget"))
+    assert "## What the round budget changed (3 rounds)" in text
+    assert "- math: local − local, rollout budget = +5.0" in text and "(seeds +0.0 / +10.0)" in text
+    assert "## What the trace view changed (3 rounds)" in text
+    assert "- math: local, rollout budget − local, v1 traces = +25.0" in text
     assert "## Decision: the cpu preset's proposer, local against reflective" in text
+    assert "## Decision: the cpu preset's proposer, local, rollout budget against reflective" in text

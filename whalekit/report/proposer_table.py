@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,15 @@ from whalekit.report.stats import Interval, paired_difference, seed_interval
 NO_SEARCH = "none"
 BASELINE = "reflective"
 LOCAL = ("local", "local-0.5b")  # the code models (bench/proposer_strength.VARIANTS): 1.5B and 0.5B
-# records of a local proposer the code has since changed (`--superseded`), shown beside the current
-# ones under this label: the first trace view cut each failing episode at its head
-SUPERSEDED = {name: f"{name}, v1 traces" for name in LOCAL}
+# Records of a local proposer made by code or a budget rule since changed, shown beside the current
+# ones as `<name>, <series>`, newest first: (series, the folder --superseded reads by default).
+SUPERSEDED_SERIES = (("rollout budget", "results/proposers-v2"), ("v1 traces", "results/proposers-v1"))
 TRACE_VIEW_COMMIT = "c67981c"  # where the trace view changed
-ORDER = (NO_SEARCH, "reflective", "random-catalogue", "local", SUPERSEDED["local"], "local-0.5b",
-         SUPERSEDED["local-0.5b"])
+# (newer, older, title): the paired effect of one change, on the same proposer and seeds
+CHANGES = (("local", "local, rollout budget", "What the round budget changed"),
+           ("local, rollout budget", "local, v1 traces", "What the trace view changed"))
+ORDER = (NO_SEARCH, "reflective", "random-catalogue",
+         *(f"{name}{suffix}" for name in LOCAL for suffix in ("", *(f", {s}" for s, _ in SUPERSEDED_SERIES))))
 
 
 def load_records(results: Path) -> list[dict[str, Any]]:
@@ -214,32 +217,36 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
 
 
 def superseded_effect(records: Sequence[dict[str, Any]], iterations: int = 3) -> list[str]:
-    """Per domain, a current local proposer minus its superseded records (same seeds, paired):
-    what the change of trace view did to the accepted harness's test score."""
+    """Per change (CHANGES) and domain, the newer series minus the older one, paired over
+    the seeds both have: what that change did to the accepted harness's test score."""
     lines = []
-    for name, old in SUPERSEDED.items():
+    for newer, older, title in CHANGES:
+        found = []
         for domain in sorted({str(r["domain"]) for r in records}):
-            mine = _scores(_runs(records, domain, name, iterations), "final")
-            theirs = _scores(_runs(records, domain, old, iterations), "final")
+            mine = _scores(_runs(records, domain, newer, iterations), "final")
+            theirs = _scores(_runs(records, domain, older, iterations), "final")
             if set(mine) & set(theirs):
                 diff = paired_difference(mine, theirs)
-                lines.append(f"- {domain}: {name} − {old} = {diff.format(signed=True)} points (seeds "
+                found.append(f"- {domain}: {newer} − {older} = {diff.format(signed=True)} points (seeds "
                              f"{diff.format_seeds(signed=True)})")
-    if not lines:
-        return []
-    return [f"## What the trace view changed ({iterations} rounds)", "",
-            "The same proposer and seeds before and after the trace view changed (paired per seed, test mean@8 of "
-            "the accepted harness):", "", *lines, ""]
+        if found:
+            lines += [f"## {title} ({iterations} rounds)", "",
+                      f"`{newer}` against `{older}`, the same proposer and seeds (paired per seed, test mean@8 of "
+                      "the accepted harness):", "", *found, ""]
+    return lines
 
 
 def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
-             whale_reference: Path | None = None, superseded: Sequence[dict[str, Any]] = ()) -> str:
+             whale_reference: Path | None = None,
+             superseded: Mapping[str, Sequence[dict[str, Any]]] | None = None) -> str:
     """The whole page: the strength table per search length, the default-proposer decision,
     the full WHALE runs with the local proposer (when `whale_local` holds some), a few diffs.
-    `superseded`: records of a local proposer's earlier code, shown under SUPERSEDED's labels."""
+    `superseded`: by series (SUPERSEDED_SERIES), records of a local proposer made by earlier
+    code or budget rule, shown as `<name>, <series>`."""
     if not records:
         return "# Proposer strength\n\nNo record yet: run `bench/proposer_strength.py`.\n"
-    records = [*records, *(dict(r, proposer=SUPERSEDED[r["proposer"]]) for r in superseded)]
+    records = [*records, *(dict(r, proposer=f"{r['proposer']}, {series}")
+                           for series, older in (superseded or {}).items() for r in older)]
     kinds = sorted({str(r["cpu_kind"]) for r in records})
     lines = ["# Proposer strength: how far each proposer moves the harness lever", "",
              "Written by `python -m whalekit.report.proposer_table` from `results/proposers/` (each record made by "
@@ -262,7 +269,15 @@ def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
              "reply that failed, and of a long reply (math reasoning) never its end, where the answer is; one 1.5B "
              "chess candidate copied a cut prompt line, marker included, into its harness. Now each message is cut "
              "in its middle and the episode's last replies and ending are always shown "
-             "(`whalekit.proposers.report.episode_text`).", ""]
+             "(`whalekit.proposers.report.episode_text`).", "",
+             "*rollout budget* (records under `results/proposers-v2/`, superseded; the v1 records too): the search "
+             "had a rollout budget, not a budget of rounds. A round whose candidates all failed validation cost "
+             "nothing and another round followed, until two such rounds in a row ended the run (whalekit's guard "
+             "against a proposer with nothing left to propose). So a local proposer's search ran past its rounds "
+             "(up to 6 of 3), or stopped early (the 15-round seed 0 after 3 of 15 rounds; v1 chess seed 1 and math "
+             "seeds 1 and 2 after 2 of 3). Now every proposer gets its rounds, empty or not, as in a WHALE harness "
+             "phase (`budget.mode=weight_steps`, `budget.search_iterations`). The catalogue proposers' candidates are "
+             "always valid, so for them both budgets are the same runs.", ""]
     for iterations in sorted({int(r["iterations"]) for r in records}):
         lines += [f"## {iterations} search rounds ({iterations * 2} candidates)", "",
                   "| domain | proposer | valid | novel | best search | test | per seed | vs reflective "
@@ -277,7 +292,7 @@ def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
         lines += ["Seeds recorded: " + "; ".join(f"{d} {p}: {', '.join(map(str, sorted(s)))}"
                                                  for (d, p), s in sorted(seeds.items())), ""]
     if 3 in {int(r["iterations"]) for r in records}:
-        candidates = [p for p in [*LOCAL, *SUPERSEDED.values()] if any(r["proposer"] == p for r in records)] \
+        candidates = [p for p in ORDER if p.split(",")[0] in LOCAL and any(r["proposer"] == p for r in records)] \
             or ["local"]
         lines += [line for candidate in candidates for line in decision(records, candidate=candidate)]
         lines += superseded_effect(records)
@@ -289,11 +304,13 @@ def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
         f"{commit} / {source}: {', '.join(sorted(names))}" for (commit, source), names in sorted(codes.items())), ""]
     if whale_local is not None:
         lines += whale_runs_section(whale_local, whale_reference or Path("results"))
-    for model in LOCAL:
-        shown = [r for r in records if r["proposer"] == model and r.get("accepted_diff") and not r["accepted_is_seed"]]
+    for model in LOCAL:  # the newest series of each model that accepted a harness of its own
+        series = [[r for r in records if r["proposer"] == label and r.get("accepted_diff")
+                   and not r["accepted_is_seed"]] for label in ORDER if label.split(",")[0] == model]
+        shown = next((found for found in series if found), [])
         if not shown:
             continue
-        lines += [f"## Accepted harnesses `{model}` wrote (diff against h0_cpu)", ""]
+        lines += [f"## Accepted harnesses `{shown[0]['proposer']}` wrote (diff against h0_cpu)", ""]
         for record in shown[:3]:
             lines += [f"{record['domain']}, seed {record['seed']}, {record['iterations']} rounds: test "
                       f"{100 * record['test']['initial']:.1f} → {100 * record['test']['final']:.1f} "
@@ -309,11 +326,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--whale-local", default="results/whale-local",
                         help="records of full WHALE runs with proposer=local (<root>/<preset>/<domain>/<run>)")
     parser.add_argument("--whale-reference", default="results", help="the reproduction's records beside them")
-    parser.add_argument("--superseded", default="results/proposers-v1",
-                        help="records of the local proposers' earlier code (shown as `<name>, v1 traces`)")
+    parser.add_argument("--superseded", nargs="*", metavar="SERIES=DIR",
+                        default=[f"{series}={folder}" for series, folder in SUPERSEDED_SERIES],
+                        help="records of the local proposers' earlier code or budget rule "
+                        "(shown as `<name>, <series>`)")
     parser.add_argument("--out", default="docs/proposers.md")
     args = parser.parse_args(argv)
-    superseded = load_records(Path(args.superseded)) if Path(args.superseded).exists() else []
+    superseded = {series: load_records(Path(folder)) for series, folder in
+                  (item.split("=", 1) for item in args.superseded) if Path(folder).exists()}
     text = markdown(load_records(Path(args.results)), Path(args.whale_local), Path(args.whale_reference),
                     superseded)
     Path(args.out).write_text(text + "\n", encoding="utf-8")
