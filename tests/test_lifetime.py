@@ -340,17 +340,22 @@ def _temp_unix_sockets(pids: list[int]) -> set[Path]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_closed_vllm_sampler_leaves_no_file_behind(require_vllm):
-    """vLLM left its ZMQ socket files in /tmp even after a clean shutdown, and its killed
-    worker's OpenMP registration file in /dev/shm: the sockets go in a folder of the
-    sampler's own, which its close removes, and its close sweeps /dev/shm."""
+    """vLLM left its ZMQ socket files and its rendezvous file (vllm_dist_<uuid>) in /tmp even
+    after a clean shutdown, and its killed worker's OpenMP registration file in /dev/shm: the
+    engine's temporary files go in a folder of the sampler's own, which its close removes,
+    and its close sweeps /dev/shm."""
     from whalekit.models import load_policy
 
     if os.environ.get("VLLM_RPC_BASE_PATH"):
         pytest.skip("VLLM_RPC_BASE_PATH is set here, and a user's setting wins over the sampler's own folder")
+    temp, tmpdir = Path(tempfile.gettempdir()), os.environ.get("TMPDIR")
+    rendezvous = set(temp.glob("vllm_dist_*"))
     sampler = load_policy("tiny-random", sampler="vllm", vllm_options={"dtype": "float32", "kv_cache_gib": 1}).sampler
     try:
         folder = sampler.rpc_folder
         assert _rpc_folders(os.getpid()) == [folder]
+        assert list(folder.glob("vllm_dist_*")) and set(temp.glob("vllm_dist_*")) == rendezvous
+        assert os.environ.get("TMPDIR") == tmpdir and tempfile.gettempdir() == str(temp), "this process's stays"
         children = psutil.Process().children(recursive=True)  # multiprocessing's resource tracker too
         engines = [p.pid for p in children if "VLLM::" in " ".join(p.cmdline())]  # EngineCore and its worker
         assert engines
@@ -363,6 +368,7 @@ def test_a_closed_vllm_sampler_leaves_no_file_behind(require_vllm):
     finally:
         sampler.close()
     assert not folder.exists() and _rpc_folders(os.getpid()) == []
+    assert set(temp.glob("vllm_dist_*")) == rendezvous
     assert _wait_gone(engines, timeout=15.0) == []
     assert {n for n in _shm_names() if lifetime.owner_pid(n) in engines} == set(), "files left in /dev/shm"
 

@@ -49,6 +49,27 @@ def test_preloaded_libraries_reach_the_engine_start_and_leave_this_process_as_it
         assert "LD_PRELOAD" not in os.environ
 
 
+def test_the_engine_starts_with_its_own_temporary_folder_and_torchs_compile_cache_where_it_was(monkeypatch, tmp_path):
+    import tempfile
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
+    before = tempfile.gettempdir()
+    with vllm_sampler._engine_temp_folder(tmp_path):
+        assert os.environ["TMPDIR"] == os.environ["VLLM_RPC_BASE_PATH"] == str(tmp_path)
+        pinned = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        assert pinned.startswith(os.path.join(before, "torchinductor_"))
+        assert tempfile.gettempdir() == before, "this process's temporary folder does not move"
+    assert "VLLM_RPC_BASE_PATH" not in os.environ and os.environ.get("TMPDIR") != str(tmp_path)
+    # importing torch._inductor sets it in this process (torch's own doing), to the same folder
+    assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, pinned)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/mine")
+    with vllm_sampler._engine_temp_folder(tmp_path):
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/mine", "a user's setting wins"
+    with vllm_sampler._engine_temp_folder(None):
+        assert "VLLM_RPC_BASE_PATH" not in os.environ and os.environ.get("TMPDIR") != str(tmp_path)
+
+
 def test_the_preload_list_names_only_libraries_that_exist():
     assert all(os.path.exists(path) for path in vllm_sampler.cpu_preload_libraries())
 

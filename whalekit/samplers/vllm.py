@@ -17,6 +17,7 @@ each request gets a seed derived from the call's seed and its row.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import glob
 import importlib.util
@@ -25,8 +26,9 @@ import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +133,7 @@ class VLLMSampler(Sampler):
         kwargs.update(engine_kwargs or {})
         self.rpc_folder = _rpc_folder()
         try:
-            with _preloading(self.preloaded), _environment("VLLM_RPC_BASE_PATH", self.rpc_folder):
+            with _preloading(self.preloaded), _engine_temp_folder(self.rpc_folder):
                 self.llm = vllm.LLM(**kwargs)
         except BaseException:
             self._remove_rpc_folder()
@@ -399,15 +401,45 @@ def cpu_preload_libraries() -> list[str]:
 
 
 def _rpc_folder() -> Path | None:
-    """Where the engine's ZMQ sockets go. vLLM names them ipc://<VLLM_RPC_BASE_PATH>/<uuid4>,
-    by default right in /tmp, and leaves them there even after a clean shutdown: every engine
-    start left about seven socket files in /tmp for good (255 after a day of runs and tests).
-    In a folder of this sampler's they go with it: `close()` removes it, and if the driver
-    dies first the next engine start's sweep does (whalekit.lifetime.owned_temp_folder).
-    None where the user has set VLLM_RPC_BASE_PATH: their setting wins."""
+    """The engine's own temporary folder (`_engine_temp_folder`). vLLM names its ZMQ sockets
+    ipc://<VLLM_RPC_BASE_PATH>/<uuid4>, by default right in /tmp, and leaves them there even
+    after a clean shutdown: every engine start left about seven socket files in /tmp for good
+    (255 after a day of runs and tests), and a `vllm_dist_<uuid>` file. In a folder of this
+    sampler's they go with it: `close()` removes it, and if the driver dies first the next
+    engine start's sweep does (whalekit.lifetime.owned_temp_folder). None where the user has
+    set VLLM_RPC_BASE_PATH: their setting wins."""
     if os.environ.get("VLLM_RPC_BASE_PATH"):
         return None
     return owned_temp_folder("rpc")
+
+
+@contextlib.contextmanager
+def _engine_temp_folder(folder: Path | None) -> Iterator[None]:
+    """While vLLM starts, `folder` is its engine processes' temporary folder: their ZMQ
+    sockets (VLLM_RPC_BASE_PATH) and their other temporary files (TMPDIR), such as the
+    `vllm_dist_<uuid>` FileStore of its torch.distributed rendezvous, which it left in /tmp
+    at every start. Torch's compile cache stays where it was (its default lies in the
+    temporary folder; a GPU engine reuses it across starts). This process's own
+    temporary folder was fixed at its first use, before: Python caches it. None: as vLLM
+    would (a user's VLLM_RPC_BASE_PATH is set)."""
+    if folder is None:
+        yield
+        return
+    tempfile.gettempdir()  # this process's, cached now if it was not already
+    inductor = None if os.environ.get("TORCHINDUCTOR_CACHE_DIR") else _inductor_cache_dir()
+    with _environment("VLLM_RPC_BASE_PATH", folder), _environment("TMPDIR", folder), \
+            _environment("TORCHINDUCTOR_CACHE_DIR", inductor):
+        yield
+
+
+def _inductor_cache_dir() -> str | None:
+    """Torch's default compile cache folder (under the temporary folder), None where this
+    torch does not say."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:
+        return None
+    return str(default_cache_dir())
 
 
 class _environment:
