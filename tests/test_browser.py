@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -108,6 +109,7 @@ def lab(tmp_path_factory):
                 server.kill()
                 pytest.fail("JupyterLab did not start:\n" + log.read_text()[-3000:])
             time.sleep(0.5)
+    singletons = _singleton_folders()
     driver = _chromium()
     try:
         driver.get(f"{url}/lab?token={token}")
@@ -119,6 +121,14 @@ def lab(tmp_path_factory):
         driver.quit()
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+        for folder in _singleton_folders() - singletons:  # Chromium's, left by the quit: the test's own
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _singleton_folders() -> set[Path]:
+    """The folders Chromium makes in the temporary folder for its single-instance socket
+    (org.chromium.Chromium.XXXXXX); a headless Chromium that chromedriver quits leaves its own."""
+    return set(Path(tempfile.gettempdir()).glob("org.chromium.Chromium.*"))
 
 
 def _chromium():
