@@ -10,8 +10,11 @@ gets fewer evaluated candidates; its valid rate says how many). Records of schem
 search a rollout budget instead: a round without a valid candidate cost nothing and another
 followed, until two such rounds in a row ended the run, so a local proposer's search could
 run past its rounds, or stop after 2 of 15. The catalogue proposers' candidates are always
-valid, so for them the two budgets are the same runs; the local proposers' schema-1 records
-are kept, labelled, under `results/proposers-v2/` (and `-v1/`).
+valid, so under either budget their search is the same 3 (or 15) rounds of 2 candidates; the
+local proposers' schema-1 records are kept, labelled, under `results/proposers-v2/` (and
+`-v1/`). No two cpu runs are sample-identical, though: vLLM's CPU sampling is not
+reproducible run to run (h0's initial test score on search QA, seed 0, ranged 4.5-6.8 % over
+8 runs of this benchmark).
 
 Proposers: `reflective` (the offline catalogue proposer every cpu record used), `local`
 (Qwen2.5-Coder-1.5B-Instruct writing code through llama.cpp), `local-0.5b` (the same proposer

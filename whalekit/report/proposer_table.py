@@ -277,7 +277,9 @@ def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
              "(up to 6 of 3), or stopped early (the 15-round seed 0 after 3 of 15 rounds; v1 chess seed 1 and math "
              "seeds 1 and 2 after 2 of 3). Now every proposer gets its rounds, empty or not, as in a WHALE harness "
              "phase (`budget.mode=weight_steps`, `budget.search_iterations`). The catalogue proposers' candidates are "
-             "always valid, so for them both budgets are the same runs.", ""]
+             "always valid, so under either budget their search is the same rounds of 2 candidates. (No two runs "
+             "here are sample-identical: vLLM's CPU sampling is not reproducible run to run; h0's initial test score "
+             "on search QA, seed 0, ranged 4.5-6.8 % over 8 runs of this benchmark.)", ""]
     for iterations in sorted({int(r["iterations"]) for r in records}):
         lines += [f"## {iterations} search rounds ({iterations * 2} candidates)", "",
                   "| domain | proposer | valid | novel | best search | test | per seed | vs reflective "
