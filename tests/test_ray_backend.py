@@ -1,6 +1,8 @@
 """The Ray backend on one single-node cluster for the whole session (2 CPUs, no dashboard,
 a real cluster, not local mode): two rollout workers give exactly the local engine's
-trajectories, survive a worker killed mid-stage, and refuse to sample with stale weights."""
+trajectories, get new weights over a gloo group and not through the object store, survive a
+worker killed mid-stage (its replacement replays the last sync from the driver's disk), and
+refuse to sample with stale weights."""
 
 from __future__ import annotations
 
@@ -118,6 +120,28 @@ def test_new_weights_reach_every_worker_and_change_the_samples(backend, local):
     expected, got = _compare(backend, local, isolated=False)
     assert _record(got) == _record(expected)
     assert [t.turns[0].completion_ids for t in got] != [t.turns[0].completion_ids for t in at_base]
+
+
+def test_weights_reach_the_workers_bucket_by_bucket_without_the_object_store(backend, local):
+    puts = []
+    real_put = ray.put  # the backend calls `ray.put` on the module, so this sees every put it makes
+
+    def counting_put(value, *args, **kwargs):
+        puts.append(type(value).__name__)
+        return real_put(value, *args, **kwargs)
+
+    ray.put = counting_put
+    try:
+        _sync(backend, local, 0.02)
+    finally:
+        ray.put = real_put
+    assert puts == []
+    assert backend.last_sync["workers"] == 2 and backend.last_sync["version"] == backend.version
+    weights = sum(t.numel() * t.element_size() for t in _weights(0.0).values())
+    assert weights <= backend.last_sync["bytes"] < weights + 64 * len(_BASE)  # once each, at most aligned
+    assert backend.worker_versions() == [backend.version] * 2
+    expected, got = _compare(backend, local, isolated=False)
+    assert _record(got) == _record(expected)
 
 
 def test_a_worker_killed_mid_stage_is_replaced_and_its_episodes_rerun_to_the_same_result(backend, local):

@@ -105,21 +105,30 @@ LAYER_PREFIX = re.compile(r"^(.*?\.layers\.\d+)\.")
 
 def bucket_plan(model: Any, bucket_bytes: int) -> list[list[str]]:
     """The names of the model's state dict in buckets of about `bucket_bytes` (counted unsharded,
-    in the weights' own dtype), in state-dict order: consecutive decoder layers go together until
-    the next would pass the limit; a layer larger than the limit is a bucket of its own; a tensor
-    outside the layers (embeddings, final norm, head) joins the bucket being filled. A tied head
-    is the embeddings' own tensor: it is left out (sent once; at Qwen3.5-2B's 248,320-token
-    vocabulary it is 2 GB in float32), as samplers skip it anyway. Every rank computes the same
-    plan (it reads only names, global shapes and which parameters are shared)."""
-    if bucket_bytes <= 0:
-        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
-    groups: list[tuple[str, list[str], int]] = []  # (layer prefix or name, names, bytes)
+    in the weights' own dtype), in state-dict order (`layer_buckets`). A tied head is the
+    embeddings' own tensor: it is left out (sent once; at Qwen3.5-2B's 248,320-token vocabulary
+    it is 2 GB in float32), as samplers skip it anyway. Every rank computes the same plan (it
+    reads only names, global shapes and which parameters are shared)."""
+    sizes: list[tuple[str, int]] = []
     seen: set[int] = set()
     for name, tensor in model.state_dict(keep_vars=True).items():  # the parameters themselves: tied ones are one
         if id(tensor) in seen:
             continue
         seen.add(id(tensor))
-        size = tensor.numel() * tensor.element_size()  # a DTensor's numel is its global one
+        sizes.append((name, tensor.numel() * tensor.element_size()))  # a DTensor's numel is its global one
+    return layer_buckets(sizes, bucket_bytes)
+
+
+def layer_buckets(sizes: list[tuple[str, int]], bucket_bytes: int) -> list[list[str]]:
+    """(name, bytes) pairs in buckets of about `bucket_bytes`, in order: consecutive decoder layers
+    go together until the next would pass the limit; a layer larger than the limit is a bucket of
+    its own; a tensor outside the layers (embeddings, final norm, head) joins the bucket being
+    filled. A layer is never split, so a sampler that fuses a layer's parts (vLLM's q/k/v) finds
+    them in one bucket."""
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
+    groups: list[tuple[str, list[str], int]] = []  # (layer prefix or name, names, bytes)
+    for name, size in sizes:
         match = LAYER_PREFIX.match(name)
         key = match.group(1) if match else name
         if groups and groups[-1][0] == key:

@@ -33,6 +33,12 @@ class BackendConfig:
     gpus_per_worker: float = 0.0  # ray: GPUs each actor reserves (1 for a vLLM replica)
     max_restarts: int = 3  # ray: dead workers replaced per rollout call before it fails
     init_options: dict[str, Any] = field(default_factory=dict)  # ray: extra ray.init kwargs (runtime_env, ...)
+    # ray: a weight sync reaches the workers over a gloo group in buckets of whole decoder layers of
+    # about this many MiB (whalekit.backends.weight_broadcast): the driver and each worker hold one
+    # bucket beyond their model; the object store holds none of it
+    sync_bucket_mb: float = 512.0
+    spill_weights: bool = True  # ray: keep the last sync on the driver's disk, for replaced workers
+    sync_timeout_s: float = 600.0  # ray: how long a rank waits for the others in a weight sync
 
     def __post_init__(self) -> None:
         if self.kind not in BACKEND_KINDS:
@@ -41,6 +47,9 @@ class BackendConfig:
             raise ValueError("num_workers and worker_capacity must be >= 1, max_restarts >= 0")
         if self.cpus_per_worker < 0 or self.gpus_per_worker < 0:
             raise ValueError("cpus_per_worker and gpus_per_worker must be >= 0")
+        if self.sync_bucket_mb <= 0 or self.sync_timeout_s <= 0:
+            raise ValueError(f"sync_bucket_mb and sync_timeout_s must be > 0, got {self.sync_bucket_mb} and "
+                             f"{self.sync_timeout_s}")
 
 
 def ray_available() -> bool:

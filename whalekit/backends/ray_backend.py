@@ -1,5 +1,5 @@
 """The Ray backend: rollout workers as Ray actors, episodes dispatched to whichever
-worker is free, weights broadcast through the object store, stale workers refused.
+worker is free, weights broadcast over a torch.distributed group, stale workers refused.
 
     backend = RayBackend(BackendConfig(kind="ray", num_workers=2), model="tiny-random")
     policy = backend.policy()            # a Policy whose sampler runs everything on the workers
@@ -7,9 +7,12 @@ worker is free, weights broadcast through the object store, stale workers refuse
 
 Every call is synchronous (`ray.wait` / `ray.get`, no event loop of its own), so it works
 the same from a script and from a notebook whose kernel already runs an asyncio loop.
-The trainer stays in the driver: after each RSFT step `load_weights` puts the merged state
-dict in the object store once and every worker loads it; the driver's version counter is
-the only truth, and a worker whose weights differ from it refuses to sample.
+The trainer stays in the driver (or in its own ranks): after each RSFT step `load_weights`
+(a whole state dict) or `load_weight_buckets` (a sharded trainer's buckets) broadcasts the weights
+to every worker a bucket at a time over a gloo group (`whalekit.backends.weight_broadcast`), never
+through the object store, and keeps the last sync on the driver's disk for replaced workers. The
+driver's version counter is the only truth, and a worker whose weights differ from it refuses to
+sample.
 """
 
 from __future__ import annotations
@@ -22,6 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.backends.base import BackendConfig, StaleWeightsError, WorkerLostError
+from whalekit.backends.weight_broadcast import (
+    BroadcastSource,
+    WeightSpill,
+    pack_buckets,
+    state_dict_buckets,
+)
 from whalekit.backends.worker import HarnessSpec, RolloutWorker, harness_spec, plan_chunks
 from whalekit.engine import RolloutConfig, _progress
 from whalekit.model_files import load_tokenizer, resolve_model_dir
@@ -78,7 +87,9 @@ class RayBackend:
         self._actor = ray.remote(RolloutWorker).options(
             num_cpus=config.cpus_per_worker, num_gpus=config.gpus_per_worker, max_restarts=0, max_task_retries=0)
         self._version = 0
-        self._weights_ref: Any = None  # the latest broadcast state dict, for replacement workers
+        self._source: BroadcastSource | None = None  # the sync's meeting point, made at the first sync
+        self._spill: WeightSpill | None = None  # the last sync's buckets on disk, for replacement workers
+        self.last_sync: dict[str, Any] = {}  # bytes and seconds of the last broadcast
         self._domains: dict[int, tuple[Any, str, Any]] = {}  # id(domain) -> (domain, key, ref)
         self.restarts = 0
         self.stats = [WorkerStats() for _ in range(config.num_workers)]
@@ -107,11 +118,14 @@ class RayBackend:
         except Exception:  # already gone
             pass
         worker = self._spawn(slot)
-        if self._weights_ref is not None:
-            ray.get(worker.load_weights.remote(self._weights_ref, self._version))
+        self.workers[slot] = worker
+        if self._spill is not None and self._spill.holds_weights:
+            self._broadcast([slot], self._spill.replay(), self._version)
+        elif self.last_sync:
+            raise WorkerLostError(f"rollout worker {slot} was replaced ({reason[:200]}), but the current weights "
+                                  f"are nowhere to replay from: set backend.spill_weights=true")
         elif self._version != 0:
             ray.get(worker.set_version.remote(self._version))
-        self.workers[slot] = worker
         self.worker_info[slot] = ray.get(worker.info.remote())
         self.restarts += 1
         self.stats[slot].restarts += 1
@@ -123,15 +137,47 @@ class RayBackend:
         return self._version
 
     def load_weights(self, state_dict: Any) -> None:
-        """One copy into the object store, loaded by every worker; the version moves on only
-        once every worker holds the new weights."""
+        """Every worker gets `state_dict`, a bucket of whole decoder layers at a time
+        (`BackendConfig.sync_bucket_mb`); the version moves on only once every worker holds it."""
+        self.load_weight_buckets(state_dict_buckets(state_dict, self._bucket_bytes()))
+
+    def load_weight_buckets(self, buckets: Any) -> None:
+        """One sync whose tensors arrive in buckets (a sharded trainer's
+        `state_dict_buckets`), each broadcast to every worker before the next is asked for."""
+        packed = pack_buckets(buckets)
+        if self.config.spill_weights:
+            if self._spill is None:
+                self._spill = WeightSpill()
+            packed = self._spill.recording(packed)
+        version = self._version + 1
+        self._broadcast(list(range(len(self.workers))), packed, version)
+        if self._spill is not None and self.config.spill_weights:
+            self._spill.commit()
+        self._version = version
+
+    def _bucket_bytes(self) -> int:
+        return max(1, int(self.config.sync_bucket_mb * 2**20))
+
+    def _broadcast(self, slots: list[int], packed: Any, version: int) -> None:
+        """`packed` (PackedBucket iterable) to the workers in `slots`, labelled `version`."""
         import ray
 
-        cpu = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state_dict.items()}
-        ref = ray.put(cpu)
-        version = self._version + 1
-        ray.get([w.load_weights.remote(ref, version) for w in self.workers])
-        self._weights_ref, self._version = ref, version
+        if self._source is None:
+            self._source = BroadcastSource(ray.util.get_node_ip_address(), self.config.sync_timeout_s)
+        meeting = self._source.meeting(world=1 + len(slots))
+        refs = [self.workers[slot].receive_weights.remote(meeting, rank, version)
+                for rank, slot in enumerate(slots, start=1)]
+        started = time.perf_counter()
+        try:
+            sent = self._source.send(meeting, packed)
+        except Exception:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5)
+            for ref in ready:  # a worker's own error says more than the broadcast's
+                ray.get(ref)
+            raise
+        ray.get(refs)
+        self.last_sync = {"bytes": sent, "seconds": time.perf_counter() - started, "workers": len(slots),
+                          "version": version}
 
     def set_version(self, version: int) -> None:
         """Relabel the current weights (a trainer restoring its checkpoint's count)."""
@@ -267,6 +313,10 @@ class RayBackend:
                 pass
             ray.kill(worker, no_restart=True)
         self.workers = []
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
+        self._source = None
         if self._owns_cluster:
             ray.shutdown()
 
@@ -299,6 +349,9 @@ class BackendSampler(Sampler):
 
     def load_weights(self, state_dict: Any) -> None:
         self.rollout_backend.load_weights(state_dict)
+
+    def load_weight_buckets(self, buckets: Any) -> None:
+        self.rollout_backend.load_weight_buckets(buckets)
 
     def close(self) -> None:
         self.rollout_backend.close()

@@ -4,7 +4,8 @@ class itself imports no Ray, so its logic is the local engine's, word for word.
 
 What travels to a worker is plain data: tasks, harness *specs* (source strings, never
 live runtimes: a worker builds its own `IsolatedHarness` processes behind its own
-sandbox) and the weights as a state dict from the object store.
+sandbox). The weights arrive a bucket at a time over a torch.distributed group the driver
+leads (`receive_weights`, `whalekit.backends.weight_broadcast`), not through the object store.
 
     worker = RolloutWorker(0, "tiny-random")
     out = worker.rollout(domain, chunk, specs, RolloutConfig(seed=0), None, expected_version=0)
@@ -134,6 +135,32 @@ class RolloutWorker:
     def load_weights(self, state_dict: Any, version: int) -> int:
         self.sampler.load_weights(state_dict)
         self.sampler.version = version  # the driver's count is the one truth, also for a replaced worker
+        return version
+
+    def receive_weights(self, meeting: Any, rank: int, version: int) -> int:
+        """One sync from the driver (`weight_broadcast.BroadcastSource.send`): each bucket goes
+        into the sampler as it arrives. The whole stream is read even if the sampler refuses a
+        bucket, so that the driver's broadcast ends for every rank; the error is then raised, and
+        the version stays the old one (the driver refuses to sample with it)."""
+        from whalekit.backends.weight_broadcast import receive_buckets
+
+        stream = receive_buckets(meeting, rank)
+        load = getattr(self.sampler, "load_weight_buckets", None)
+        try:
+            if load is not None:
+                load(stream)
+            else:  # a sampler that takes only whole state dicts
+                whole: dict[str, Any] = {}
+                for bucket in stream:
+                    whole.update({name: tensor.clone() for name, tensor in bucket.items()})
+                self.sampler.load_weights(whole)
+        except BaseException:
+            self.sampler.version = -1  # a mix of two versions: no driver version matches it
+            raise
+        finally:
+            for _ in stream:
+                pass
+        self.sampler.version = version
         return version
 
     def set_version(self, version: int) -> int:
