@@ -42,6 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from whalekit.lifetime import owned_temp_folder
+from whalekit.sharded_checkpoint import layer_buckets
+
 ALIGN = 64  # bytes: every tensor starts at a multiple of this in its bucket, so any dtype can view it
 END, ABORT = 0, -1  # header lengths that are not a bucket: the sync is over / the source failed
 
@@ -114,8 +117,6 @@ def state_dict_buckets(state_dict: Mapping[str, Any], bucket_bytes: int) -> Iter
     """A whole state dict in buckets of whole decoder layers of about `bucket_bytes`. A tensor
     that is another's storage under a second name (a tied head) is sent once, under its first
     name, as `sharded_checkpoint.bucket_plan` does for a sharded model: samplers skip it anyway."""
-    from whalekit.sharded_checkpoint import layer_buckets
-
     seen: set[tuple[int, int, tuple[int, ...], str]] = set()
     sizes: list[tuple[str, int]] = []
     for name, tensor in state_dict.items():
@@ -220,8 +221,6 @@ class WeightSpill:
     so a replay always gives one whole version. Costs one copy of the weights on local disk."""
 
     def __init__(self, folder: Path | None = None):
-        from whalekit.lifetime import owned_temp_folder
-
         self.folder = Path(folder) if folder is not None else owned_temp_folder("weights")
         self.folder.mkdir(parents=True, exist_ok=True)
 

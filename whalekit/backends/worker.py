@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from whalekit.backends.base import StaleWeightsError
+from whalekit.backends.weight_broadcast import receive_buckets
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.isolation import IsolatedHarness
 from whalekit.models import load_policy
@@ -142,8 +143,6 @@ class RolloutWorker:
         into the sampler as it arrives. The whole stream is read even if the sampler refuses a
         bucket, so that the driver's broadcast ends for every rank; the error is then raised, and
         the version stays the old one (the driver refuses to sample with it)."""
-        from whalekit.backends.weight_broadcast import receive_buckets
-
         stream = receive_buckets(meeting, rank)
         load = getattr(self.sampler, "load_weight_buckets", None)
         try:
