@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray", reason="ray is not installed: pip install -e '.
 
 from fakes.harnesses import CALCULATOR_FIRST_SOURCE  # noqa: E402
 
-from whalekit.backends import BackendConfig, StaleWeightsError, make_backend  # noqa: E402
+from whalekit.backends import BackendConfig, StaleWeightsError, WorkerLostError, make_backend  # noqa: E402
 from whalekit.domains.base import get_domain  # noqa: E402
 from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout  # noqa: E402
 from whalekit.models import load_policy  # noqa: E402
@@ -164,6 +164,23 @@ def test_a_worker_killed_mid_stage_is_replaced_and_its_episodes_rerun_to_the_sam
     assert killed and backend.restarts == restarts + 1
     assert _record(got) == _record(expected)
     assert backend.worker_versions() == [backend.version] * 2
+
+
+def test_without_the_spill_a_replaced_worker_is_refused_rather_than_sampling_the_base_weights(backend, local):
+    backend.config.spill_weights = False
+    try:
+        _sync(backend, local, 0.03)
+        ray.kill(backend.workers[0])
+        domain = get_domain("toy")
+        episodes, _ = _episodes(domain, isolated=False, n_tasks=2, samples=1)
+        with pytest.raises(WorkerLostError, match="nowhere to replay from: set backend.spill_weights=true"):
+            backend.rollout(domain, episodes, RolloutConfig(progress=False))
+    finally:
+        backend.config.spill_weights = True
+    _sync(backend, local, 0.05)  # the next sync reaches the fresh worker too
+    assert backend.worker_versions() == [backend.version] * 2
+    expected, got = _compare(backend, local, isolated=False)
+    assert _record(got) == _record(expected)
 
 
 def test_a_worker_holding_old_weights_is_refused(backend, local):

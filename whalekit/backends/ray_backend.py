@@ -149,9 +149,12 @@ class RayBackend:
             if self._spill is None:
                 self._spill = WeightSpill()
             packed = self._spill.recording(packed)
+        elif self._spill is not None:  # it holds the version before this one: a replay would be stale
+            self._spill.close()
+            self._spill = None
         version = self._version + 1
         self._broadcast(list(range(len(self.workers))), packed, version)
-        if self._spill is not None and self.config.spill_weights:
+        if self._spill is not None:
             self._spill.commit()
         self._version = version
 
