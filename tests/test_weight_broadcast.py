@@ -123,6 +123,8 @@ def test_the_spill_replays_the_last_complete_sync_and_an_unfinished_one_replaces
     second = [{name: t + 1 for name, t in b.items() if t.dtype.is_floating_point} for b in first]
     recording = spill.recording(pack_buckets(second))
     next(recording)  # the driver stopped after one bucket: never committed
+    recording.close()  # (as when its broadcast raises: the bucket's write is waited for)
+    assert sorted(p.name for p in (tmp_path / "spill" / "next").iterdir()) == ["bucket-00000.bin"]
     replayed = [unpack(p) for p in spill.replay()]
     assert _as_sent(replayed) == _as_sent(first)
     spill.close()

@@ -38,6 +38,7 @@ import pickle
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,13 @@ def receive_buckets(meeting: Meeting, rank: int) -> Iterator[dict[str, Any]]:
         del group
 
 
+def _write_bucket(path: Path, bucket: PackedBucket) -> None:
+    with open(path, "wb") as out:
+        out.write(len(bucket.index).to_bytes(8, "little"))
+        out.write(bucket.index)
+        out.write(memoryview(bucket.payload.numpy()))
+
+
 class WeightSpill:
     """The last completed sync's packed buckets, on the driver's disk, for replaced workers.
     A sync is written to `next/` as it is sent and becomes `current/` only once it is complete,
@@ -229,16 +237,25 @@ class WeightSpill:
         return (self.folder / "current").is_dir()
 
     def recording(self, packed: Iterable[PackedBucket]) -> Iterator[PackedBucket]:
-        """Pass `packed` through, writing each bucket to `next/`; `commit` makes it current."""
+        """Pass `packed` through, writing each bucket to `next/` on a thread while the caller
+        broadcasts it (a disk write and a socket send both release the GIL), and waiting for
+        that write before the next bucket is packed: the sync costs max(send, write) a bucket,
+        not their sum, and still holds one bucket. `commit` makes it current."""
         staging = self.folder / "next"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
-        for number, bucket in enumerate(packed):
-            with open(staging / f"bucket-{number:05d}.bin", "wb") as out:
-                out.write(len(bucket.index).to_bytes(8, "little"))
-                out.write(bucket.index)
-                out.write(memoryview(bucket.payload.numpy()))
-            yield bucket
+        buckets = iter(packed)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="whalekit-spill") as writer:
+            number, pending = 0, None
+            while True:
+                if pending is not None:
+                    pending.result()
+                bucket = next(buckets, None)
+                if bucket is None:
+                    return
+                pending = writer.submit(_write_bucket, staging / f"bucket-{number:05d}.bin", bucket)
+                number += 1
+                yield bucket
 
     def commit(self) -> None:
         current, staging = self.folder / "current", self.folder / "next"
