@@ -111,7 +111,7 @@ def test_a_source_that_fails_mid_sync_stops_the_receivers_instead_of_leaving_the
         source.send(meeting, failing())
     [(_, got, error)] = _collect(queue, processes)
     assert got == _as_sent(buckets[:1])
-    assert error is not None and error.startswith("WeightSyncAborted") and "old version" in error
+    assert error is not None and error.startswith("WeightSyncAborted") and "marked stale" in error
 
 
 def test_the_spill_replays_the_last_complete_sync_and_an_unfinished_one_replaces_nothing(tmp_path):

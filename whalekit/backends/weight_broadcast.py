@@ -14,7 +14,8 @@ A group is made per sync (rank 0 the driver, ranks 1..N the workers that take pa
 a TCPStore the driver owns, under a key prefix of its own: a replaced worker never meets a stale
 group. A sync whose source fails mid-stream (a trainer rank dying while its buckets are gathered)
 tells the workers so, and they raise rather than wait for the timeout; their samplers then hold a
-mix of old and new weights under the old version, which the backend refuses to sample with.
+mix of old and new weights, and each worker marks itself stale (version -1), so the backend refuses
+to sample with it until the next sync.
 
 `WeightSpill` keeps the last sync's packed buckets on the driver's disk (a `whalekit-weights-<pid>-*`
 folder, removed on close and swept if the driver dies), so that a worker replaced mid-rollout gets
@@ -204,8 +205,7 @@ def receive_buckets(meeting: Meeting, rank: int) -> Iterator[dict[str, Any]]:
                 return
             if int(length) == ABORT:
                 raise WeightSyncAborted("the driver's weights failed mid-sync; this worker now holds a mix of "
-                                        "old and new weights under its old version, and will be refused "
-                                        "until the next sync")
+                                        "old and new weights and is marked stale until the next sync")
             index = torch.empty(int(length), dtype=torch.uint8)
             _broadcast(group, index)
             _broadcast(group, length)
