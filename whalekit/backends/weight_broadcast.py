@@ -172,23 +172,20 @@ class BroadcastSource:
         group = _group(meeting, 0, self._store)
         sent = 0
         buckets = iter(packed)
-        try:
-            while True:
-                try:
-                    bucket = next(buckets)
-                except StopIteration:
-                    _send_length(group, END)
-                    return sent
-                except BaseException:
-                    _send_length(group, ABORT)
-                    raise
-                _send_length(group, len(bucket.index))
-                _broadcast(group, torch.frombuffer(bytearray(bucket.index), dtype=torch.uint8))
-                _send_length(group, bucket.payload.numel())
-                _broadcast(group, bucket.payload)
-                sent += bucket.payload.numel()
-        finally:
-            del group
+        while True:
+            try:
+                bucket = next(buckets)
+            except StopIteration:
+                _send_length(group, END)
+                return sent
+            except BaseException:
+                _send_length(group, ABORT)
+                raise
+            _send_length(group, len(bucket.index))
+            _broadcast(group, torch.frombuffer(bytearray(bucket.index), dtype=torch.uint8))
+            _send_length(group, bucket.payload.numel())
+            _broadcast(group, bucket.payload)
+            sent += bucket.payload.numel()
 
 
 def receive_buckets(meeting: Meeting, rank: int) -> Iterator[dict[str, Any]]:
@@ -197,23 +194,20 @@ def receive_buckets(meeting: Meeting, rank: int) -> Iterator[dict[str, Any]]:
     import torch
 
     group = _group(meeting, rank)
-    try:
-        while True:
-            length = torch.empty(1, dtype=torch.int64)
-            _broadcast(group, length)
-            if int(length) == END:
-                return
-            if int(length) == ABORT:
-                raise WeightSyncAborted("the driver's weights failed mid-sync; this worker now holds a mix of "
-                                        "old and new weights and is marked stale until the next sync")
-            index = torch.empty(int(length), dtype=torch.uint8)
-            _broadcast(group, index)
-            _broadcast(group, length)
-            payload = torch.empty(int(length), dtype=torch.uint8)
-            _broadcast(group, payload)
-            yield unpack(PackedBucket(index.numpy().tobytes(), payload))
-    finally:
-        del group
+    while True:
+        length = torch.empty(1, dtype=torch.int64)
+        _broadcast(group, length)
+        if int(length) == END:
+            return
+        if int(length) == ABORT:
+            raise WeightSyncAborted("the driver's weights failed mid-sync; this worker now holds a mix of "
+                                    "old and new weights and is marked stale until the next sync")
+        index = torch.empty(int(length), dtype=torch.uint8)
+        _broadcast(group, index)
+        _broadcast(group, length)
+        payload = torch.empty(int(length), dtype=torch.uint8)
+        _broadcast(group, payload)
+        yield unpack(PackedBucket(index.numpy().tobytes(), payload))
 
 
 def _write_bucket(path: Path, bucket: PackedBucket) -> None:

@@ -142,16 +142,16 @@ class RolloutWorker:
         """One sync from the driver (`weight_broadcast.BroadcastSource.send`): each bucket goes
         into the sampler as it arrives. The whole stream is read even if the sampler refuses a
         bucket, so that the driver's broadcast ends for every rank; the error is then raised, and
-        the version stays the old one (the driver refuses to sample with it)."""
+        the worker marks itself stale (version -1: the driver refuses to sample with it)."""
         stream = receive_buckets(meeting, rank)
         load = getattr(self.sampler, "load_weight_buckets", None)
         try:
             if load is not None:
                 load(stream)
-            else:  # a sampler that takes only whole state dicts
+            else:  # a sampler that takes only whole state dicts (each bucket's views keep its own buffer)
                 whole: dict[str, Any] = {}
                 for bucket in stream:
-                    whole.update({name: tensor.clone() for name, tensor in bucket.items()})
+                    whole.update(bucket)
                 self.sampler.load_weights(whole)
         except BaseException:
             self.sampler.version = -1  # a mix of two versions: no driver version matches it
