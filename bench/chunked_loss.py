@@ -16,13 +16,17 @@ above the resident size before the step, after `malloc_trim`; each setting measu
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/chunked_loss.py
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/chunked_loss.py --shape three-turn --chunk 64
 
-Measured (2026-12-05, AMD EPYC with native bf16, 2 cores shared with other jobs, chunk 16, min of 3),
-peak above the step's start, full -> chunked: search QA's shape (120 trained tokens, 22.5 MiB of
-float32 logits) 1,073 -> 925 MiB, ratio 0.862; chess's (48 trained, 9.0 MiB) 834 -> 893 MiB, 1.071:
-too few trained tokens to gain, the recomputation costs more; three turns of 40 (960 trained, 180
-MiB) 1,975 -> 1,482 MiB, 0.750. Losses equal to 1e-6. At the cpu preset's shapes the logits are a
-small part of the peak, so the records keep the default (None); the gain grows with trained tokens x
-vocabulary: up to 65 GB at the paper's shapes (8 x 8,192 tokens, 248,320 ids) against 9-180 MiB here.
+Measured (2026-12-07, 2-core AMD EPYC, AVX-512 with native bf16 (no AMX), alone under the CPU
+lock, chunk 16, min of 3), peak above the step's start, full -> chunked: search QA's shape (120
+trained tokens, 22.5 MiB of float32 logits) 676.7 -> 743.3 MiB, ratio 1.099; chess's (48 trained,
+9.0 MiB) 622.4 -> 621.4 MiB, 0.998; three turns of 40 (960 trained, 180 MiB) 1,724.2 -> 1,129.1
+MiB, 0.655. With `--chunk 64`, the next run: 1.038 / 0.956 / 0.638. Losses equal to 1e-6. The
+full path's own peak moved by up to a third between the two runs (search QA 677 vs 895 MiB), so
+at the cpu preset's episode shapes the difference is within that spread: where a micro-batch
+trains few tokens the logits are a small part of the peak. With 960 trained tokens it is a third
+lower in both runs. The cpu records keep the default (None); the gain grows with trained tokens
+x vocabulary: up to 65 GB at the paper's shapes (8 x 8,192 tokens, 248,320 ids) against 9-180 MiB
+here. (An earlier measurement, 2026-12-05, beside other jobs: 0.862 / 1.071 / 0.750.)
 """
 
 from __future__ import annotations
