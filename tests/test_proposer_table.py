@@ -91,7 +91,8 @@ def test_full_whale_runs_with_the_local_proposer_sit_beside_the_reproductions_sp
     local, reference = tmp_path / "local", tmp_path / "reference"
     run = write_run(local, "whale", [0.25, 0.5, 0.375, 0.75])  # weight +25, harness -12.5, weight +37.5 points
     config = run.config()
-    config["provenance"] = {**(config.get("provenance") or {}), "cpu_kind": "AMD EPYC, AVX2, no native bf16"}
+    config["provenance"] = {**(config.get("provenance") or {}), "cpu_kind": "AMD EPYC, AVX2, no native bf16",
+                            "git_commit": "4ba6246c0ffee"}
     run.write_config(config)
     write_run(reference, "whale", [0.25, 0.5, 0.625, 0.75], seed=0)  # harness +12.5
     write_run(reference, "whale", [0.25, 0.5, 0.5, 0.75], seed=1)  # harness 0
@@ -101,7 +102,9 @@ def test_full_whale_runs_with_the_local_proposer_sit_beside_the_reproductions_sp
     assert set(rows) == {"reflective", "local"}
     # the fixture's one search round logs no evaluated candidate (of 2 a round) yet accepts its child over h0
     assert "| 0 | 25.0 → 75.0 | -12.5 | +62.5 | 0/2, 1 accepted | qwen2.5-coder-1.5b |" in rows["local"]
-    assert rows["local"].endswith("| AVX2 |"), "a CPU without native bf16, though its name says 'native bf16'"
+    assert rows["local"].endswith("| AVX2 | 4ba6246 |"), "a CPU without native bf16, though its name says " \
+        "'native bf16'; and the commit the local run ran"
+    assert rows["reflective"].endswith("| — |"), "the reproduction's code is the dry run's business, not this table's"
     assert "| 0, 1 | 25.0 → 75.0 / 25.0 → 75.0 | +6.2 (seeds +12.5 / +0.0) |" in rows["reflective"]
     assert whale_runs_section(tmp_path / "none", reference, preset="smoke") == []
 

@@ -161,6 +161,11 @@ def _cpu(run: RunSummary) -> str:
     return "AVX2" if "no native bf16" in kind else "bf16" if "native bf16" in kind else kind
 
 
+def _commit(run: RunSummary) -> str:
+    """The commit a run ran, short: local runs made by different proposer code sit in one table."""
+    return str((run.config.get("provenance") or {}).get("git_commit", "?"))[:7]
+
+
 def _whale_cells(runs: Sequence[RunSummary]) -> tuple[str, str, str, str]:
     """(seeds, test initial -> final, harness-stage change, weight-stage change) of WHALE runs,
     in points: per seed, and their mean where there are several."""
@@ -193,12 +198,12 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
              "changed nothing and their change is re-evaluation noise. *CPU*: bf16 = AMD EPYC with native bf16 "
              "(AVX512-BF16), AVX2 = AMD EPYC without it (vLLM in float32): the two sample differently. One local seed "
              "per domain is a description of that run, not a verdict: the reflective runs alone vary by several "
-             "points between seeds. The local runs' code: " + ", ".join(sorted({
-                 str((r.config.get("provenance") or {}).get("git_commit", "?"))[:7] for r in local})) +
-             f" (a commit before {TRACE_VIEW_COMMIT} ran the v1 trace view).",
+             "points between seeds. *Code*: the commit each local run ran (one before "
+             f"{TRACE_VIEW_COMMIT} ran the v1 trace view).",
              "",
              "| domain | proposer | seeds | test, initial → final (%) | harness stages (points) "
-             "| weight stages (points) | candidates evaluated | proposer model | wall | CPU |", "| --- " * 10 + "|"]
+             "| weight stages (points) | candidates evaluated | proposer model | wall | CPU | code |",
+             "| --- " * 11 + "|"]
     for domain in sorted({r.domain for r in local}):
         for name, runs in (("reflective", [r for r in reference if r.domain == domain]),
                            ("local", [r for r in local if r.domain == domain])):
@@ -211,8 +216,9 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
             wall = " / ".join(f"{float((r.end or {}).get('wall_s') or 0) / 60:.0f} min" for r in runs)
             evaluated = " / ".join(_evaluated(r) for r in runs)
             cpus = " / ".join(_cpu(r) for r in runs)
+            code = " / ".join(_commit(r) for r in runs) if name == "local" else "—"
             lines.append(f"| {domain} | {name} | {seeds} | {test} | {harness} | {weight} | {evaluated} | {model} "
-                         f"| {wall} | {cpus} |")
+                         f"| {wall} | {cpus} | {code} |")
     return [*lines, ""]
 
 
