@@ -108,6 +108,17 @@ def test_full_whale_runs_with_the_local_proposer_sit_beside_the_reproductions_sp
     assert "| 0, 1 | 25.0 → 75.0 / 25.0 → 75.0 | +6.2 (seeds +12.5 / +0.0) |" in rows["reflective"]
     assert whale_runs_section(tmp_path / "none", reference, preset="smoke") == []
 
+    # runs made by proposer code since changed sit in their own folder (one code per folder) and row
+    older = tmp_path / "older"
+    write_run(older, "whale", [0.25, 0.5, 0.5, 0.5])
+    rows = {line.split("|")[2].strip(): line for line in whale_runs_section(
+        local, reference, preset="smoke", superseded=[("v1 proposer", older)]) if line.startswith("| toy")}
+    assert set(rows) == {"reflective", "local", "local, v1 proposer"}
+    assert "| 25.0 → 50.0 | +0.0 | +25.0 |" in rows["local, v1 proposer"]
+    only_older = whale_runs_section(tmp_path / "none", reference, preset="smoke", superseded=[("v1 proposer", older)])
+    assert [line.split("|")[2].strip() for line in only_older if line.startswith("| toy")] == \
+        ["reflective", "local, v1 proposer"]
+
 
 def test_records_of_superseded_series_sit_beside_the_current_ones_with_each_change_paired_per_seed():
     records = [_record(p, s, f) for s in range(3) for p, f in (("reflective", 0.5), ("local", 0.5 + 0.1 * s))]

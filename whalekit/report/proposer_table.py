@@ -32,6 +32,8 @@ LOCAL = ("local", "local-0.5b")  # the code models (bench/proposer_strength.VARI
 # Records of a local proposer made by code or a budget rule since changed, shown beside the current
 # ones as `<name>, <series>`, newest first: (series, the folder --superseded reads by default).
 SUPERSEDED_SERIES = (("rollout budget", "results/proposers-v2"), ("v1 traces", "results/proposers-v1"))
+# Full WHALE runs with proposer=local made by proposer code since changed: (series, folder)
+SUPERSEDED_WHALE_LOCAL = (("v1 proposer", Path("results/whale-local-v1")),)
 TRACE_VIEW_COMMIT = "c67981c"  # where the trace view changed
 # (newer, older, title): the paired effect of one change, on the same proposer and seeds
 CHANGES = (("local", "local, rollout budget", "What the round budget changed"),
@@ -180,14 +182,24 @@ def _whale_cells(runs: Sequence[RunSummary]) -> tuple[str, str, str, str]:
             show([lever_totals(r).get("weight", 0.0) for r in runs]))
 
 
-def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cpu") -> list[str]:
+def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cpu",
+                       superseded: Sequence[tuple[str, Path]] = ()) -> list[str]:
     """Issue 51's last check: full cpu WHALE runs with `proposer=local` (under
     `local_root/<preset>/<domain>/`) beside the reflective records of the same preset
     (`reference_root`), each run's test change split over its harness and weight stages
-    (whalekit.report.stage_effects); [] when no local run is recorded."""
-    local = [r for r in main_runs(local_root, preset) if r.method == "whale"] if Path(local_root).exists() else []
-    if not local:
+    (whalekit.report.stage_effects); [] when no local run is recorded. `superseded`: (series
+    name, root) of local runs made by earlier proposer code, shown as `local, <series>` rows
+    (each root is one code, as every records folder is: `check_same_code`)."""
+
+    def whale_runs(root: Path) -> list[RunSummary]:
+        return [r for r in main_runs(root, preset) if r.method == "whale"] if Path(root).exists() else []
+
+    series = [(name, runs) for name, runs in (("local", whale_runs(local_root)),
+                                              *((f"local, {label}", whale_runs(root)) for label, root in superseded))
+              if runs]
+    if not series:
         return []
+    local = [r for _, runs in series for r in runs]
     reference = [r for r in main_runs(reference_root, preset) if r.method == "whale"]
     lines = ["## Full cpu WHALE runs with the local proposer", "",
              f"`whalekit run --domain D --method whale --preset {preset} --set proposer=local` (records under "
@@ -199,24 +211,26 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
              "(AVX512-BF16), AVX2 = AMD EPYC without it (vLLM in float32): the two sample differently. One local seed "
              "per domain is a description of that run, not a verdict: the reflective runs alone vary by several "
              "points between seeds. *Code*: the commit each local run ran (one before "
-             f"{TRACE_VIEW_COMMIT} ran the v1 trace view).",
+             f"{TRACE_VIEW_COMMIT} ran the v1 trace view)." + "".join(
+                 f" *local, {label}*: records under `{root}`, made by proposer code since changed." for label, root
+                 in superseded if any(name == f"local, {label}" for name, _ in series)),
              "",
              "| domain | proposer | seeds | test, initial → final (%) | harness stages (points) "
              "| weight stages (points) | candidates evaluated | proposer model | wall | CPU | code |",
              "| --- " * 11 + "|"]
     for domain in sorted({r.domain for r in local}):
         for name, runs in (("reflective", [r for r in reference if r.domain == domain]),
-                           ("local", [r for r in local if r.domain == domain])):
+                           *((label, [r for r in found if r.domain == domain]) for label, found in series)):
             if not runs:
                 continue
             runs = sorted(runs, key=lambda r: r.seed)
             seeds, test, harness, weight = _whale_cells(runs)
             model = (runs[0].config.get("proposer_options") or {}).get("model", "qwen2.5-coder-1.5b") \
-                if name == "local" else "—"
+                if name != "reflective" else "—"
             wall = " / ".join(f"{float((r.end or {}).get('wall_s') or 0) / 60:.0f} min" for r in runs)
             evaluated = " / ".join(_evaluated(r) for r in runs)
             cpus = " / ".join(_cpu(r) for r in runs)
-            code = " / ".join(_commit(r) for r in runs) if name == "local" else "—"
+            code = " / ".join(_commit(r) for r in runs) if name != "reflective" else "—"
             lines.append(f"| {domain} | {name} | {seeds} | {test} | {harness} | {weight} | {evaluated} | {model} "
                          f"| {wall} | {cpus} | {code} |")
     return [*lines, ""]
@@ -311,7 +325,8 @@ def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
     lines += ["Code that made the records (commit, run-code source hash): " + "; ".join(
         f"{commit} / {source}: {', '.join(sorted(names))}" for (commit, source), names in sorted(codes.items())), ""]
     if whale_local is not None:
-        lines += whale_runs_section(whale_local, whale_reference or Path("results"))
+        lines += whale_runs_section(whale_local, whale_reference or Path("results"),
+                                    superseded=SUPERSEDED_WHALE_LOCAL)
     for model in LOCAL:  # the newest series of each model that accepted a harness of its own
         series = [[r for r in records if r["proposer"] == label and r.get("accepted_diff")
                    and not r["accepted_is_seed"]] for label in ORDER if label.split(",")[0] == model]
