@@ -94,17 +94,23 @@ def test_full_whale_runs_with_the_local_proposer_sit_beside_the_reproductions_sp
     config["provenance"] = {**(config.get("provenance") or {}), "cpu_kind": "AMD EPYC, AVX2, no native bf16",
                             "git_commit": "4ba6246c0ffee"}
     run.write_config(config)
-    write_run(reference, "whale", [0.25, 0.5, 0.625, 0.75], seed=0)  # harness +12.5
-    write_run(reference, "whale", [0.25, 0.5, 0.5, 0.75], seed=1)  # harness 0
+    for seed, scores, chip in ((0, [0.25, 0.5, 0.625, 0.75], "Intel(R) Xeon(R) Processor"),  # harness +12.5
+                               (1, [0.25, 0.5, 0.5, 0.75], "AMD EPYC 9B14")):  # harness 0
+        ran = write_run(reference, "whale", scores, seed=seed)
+        config = ran.config()
+        config["provenance"] = {**(config.get("provenance") or {}),
+                                "cpu_kind": f"{chip}, native bf16 (AVX512-BF16/AMX)"}
+        ran.write_config(config)
     write_run(reference, "weight_only", [0.25, 0.75], seed=0)  # not a WHALE run: left out
     rows = {line.split("|")[2].strip(): line for line in whale_runs_section(local, reference, preset="smoke")
             if line.startswith("| toy")}
     assert set(rows) == {"reflective", "local"}
     # the fixture's one search round logs no evaluated candidate (of 2 a round) yet accepts its child over h0
     assert "| 0 | 25.0 → 75.0 | -12.5 | +62.5 | 0/2, 1 accepted | qwen2.5-coder-1.5b |" in rows["local"]
-    assert rows["local"].endswith("| AVX2 | 4ba6246 |"), "a CPU without native bf16, though its name says " \
-        "'native bf16'; and the commit the local run ran"
-    assert rows["reflective"].endswith("| — |"), "the reproduction's code is the dry run's business, not this table's"
+    assert rows["local"].endswith("| AVX2, AMD EPYC | 4ba6246 |"), "a CPU without native bf16, though its name " \
+        "says 'native bf16', named by its chip; and the commit the local run ran"
+    assert rows["reflective"].endswith("| bf16, Intel Xeon / bf16, AMD EPYC 9B14 | — |"), \
+        "each seed's chip, trademarks dropped; the reproduction's code is the dry run's business, not this table's"
     assert "| 0, 1 | 25.0 → 75.0 / 25.0 → 75.0 | +6.2 (seeds +12.5 / +0.0) |" in rows["reflective"]
     assert whale_runs_section(tmp_path / "none", reference, preset="smoke") == []
 

@@ -156,11 +156,21 @@ def _evaluated(run: RunSummary) -> str:
     return f"{sum(int(e.get('candidates_evaluated', 0)) for e in iterations)}/{slots}, {changes} accepted"
 
 
+_CPU_KINDS = {", AVX2, no native bf16": "AVX2", ", native bf16 (AVX512-BF16/AMX)": "bf16"}  # cpu_kind's endings
+
+
 def _cpu(run: RunSummary) -> str:
-    """The CPU kind a run ran on, short: `bf16` (native bf16 kernels) or `AVX2` (float32 vLLM):
-    the two sample differently, so runs on different kinds differ beyond their seeds."""
+    """The CPU a run ran on, short: `bf16` (native bf16 kernels) or `AVX2` (float32 vLLM), then
+    the chip (`whalekit.cpu_info.cpu_kind`'s model name, trademarks dropped, e.g. `bf16, AMD EPYC`):
+    the two kinds sample differently, so runs on different kinds differ beyond their seeds."""
     kind = str((run.config.get("provenance") or {}).get("cpu_kind", "?"))
-    return "AVX2" if "no native bf16" in kind else "bf16" if "native bf16" in kind else kind
+    suffix = next((s for s in _CPU_KINDS if kind.endswith(s)), None)
+    if suffix is None:
+        return kind
+    short, model = _CPU_KINDS[suffix], kind[: -len(suffix)]
+    model = " ".join(w for w in model.replace("(R)", "").replace("(TM)", "").split()
+                     if w.lower() not in {"processor", "cpu"})
+    return f"{short}, {model}" if model else short
 
 
 def _commit(run: RunSummary) -> str:
@@ -207,8 +217,9 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
              f"`{reference_root}`): same preset, budget, schedule and policy; only the proposer differs. A stage's "
              "change is the test mean after it minus the one before (mean@2 between stages, mean@8 at the ends), "
              "summed over the run's stages of that kind; where a run's search accepted nothing, its harness stages "
-             "changed nothing and their change is re-evaluation noise. *CPU*: bf16 = AMD EPYC with native bf16 "
-             "(AVX512-BF16), AVX2 = AMD EPYC without it (vLLM in float32): the two sample differently. One local seed "
+             "changed nothing and their change is re-evaluation noise. *CPU*: the chip, after its kind: bf16 = native "
+             "bf16 kernels (AVX512-BF16, with AMX where the chip has it), AVX2 = without them (vLLM in float32): the "
+             "two sample differently. One local seed "
              "per domain is a description of that run, not a verdict: the reflective runs alone vary by several "
              "points between seeds. *Code*: the commit each local run ran (one before "
              f"{TRACE_VIEW_COMMIT} ran the v1 trace view)." + "".join(
@@ -229,7 +240,8 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
                 if name != "reflective" else "—"
             wall = " / ".join(f"{float((r.end or {}).get('wall_s') or 0) / 60:.0f} min" for r in runs)
             evaluated = " / ".join(_evaluated(r) for r in runs)
-            cpus = " / ".join(_cpu(r) for r in runs)
+            cpus = " / ".join(dict.fromkeys(_cpu(r) for r in runs)) if len({_cpu(r) for r in runs}) == 1 \
+                else " / ".join(_cpu(r) for r in runs)  # one CPU for every seed is named once
             code = " / ".join(_commit(r) for r in runs) if name != "reflective" else "—"
             lines.append(f"| {domain} | {name} | {seeds} | {test} | {harness} | {weight} | {evaluated} | {model} "
                          f"| {wall} | {cpus} | {code} |")
