@@ -121,6 +121,13 @@ def test_full_whale_runs_with_the_local_proposer_sit_beside_the_reproductions_sp
         local, reference, preset="smoke", superseded=[("v1 proposer", older)]) if line.startswith("| toy")}
     assert set(rows) == {"reflective", "local", "local, v1 proposer"}
     assert "| 25.0 → 50.0 | +0.0 | +25.0 |" in rows["local, v1 proposer"]
+    # the current proposer's runs made by two package versions (a folder holds one) sit in one series
+    other_version = tmp_path / "local-other-version"
+    write_run(other_version, "whale", [0.25, 0.5, 0.75, 0.75], seed=1)
+    section = whale_runs_section([local, other_version], reference, preset="smoke")
+    rows = {line.split("|")[2].strip(): line for line in section if line.startswith("| toy")}
+    assert "| 0, 1 | 25.0 → 75.0 / 25.0 → 75.0 |" in rows["local"], "one row, both folders' runs, seed by seed"
+    assert f"`{local}` and `{other_version}`: one folder per package version" in "\n".join(section)
     only_older = whale_runs_section(tmp_path / "none", reference, preset="smoke", superseded=[("v1 proposer", older)])
     assert [line.split("|")[2].strip() for line in only_older if line.startswith("| toy")] == \
         ["reflective", "local, v1 proposer"]

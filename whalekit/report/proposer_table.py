@@ -34,6 +34,9 @@ LOCAL = ("local", "local-0.5b")  # the code models (bench/proposer_strength.VARI
 SUPERSEDED_SERIES = (("rollout budget", "results/proposers-v2"), ("v1 traces", "results/proposers-v1"))
 # Full WHALE runs with proposer=local made by proposer code since changed: (series, folder)
 SUPERSEDED_WHALE_LOCAL = (("v1 proposer", Path("results/whale-local-v1")),)
+# Further folders of WHALE runs with the current proposer code: a folder holds one package version
+# (`check_same_code`), and a commit that changes no run code (whalekit/report) still makes a new one
+MORE_WHALE_LOCAL = (Path("results/whale-local-fc636c5"),)
 TRACE_VIEW_COMMIT = "c67981c"  # where the trace view changed
 # (newer, older, title): the paired effect of one change, on the same proposer and seeds
 CHANGES = (("local", "local, rollout budget", "What the round budget changed"),
@@ -192,19 +195,21 @@ def _whale_cells(runs: Sequence[RunSummary]) -> tuple[str, str, str, str]:
             show([lever_totals(r).get("weight", 0.0) for r in runs]))
 
 
-def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cpu",
+def whale_runs_section(local_root: Path | Sequence[Path], reference_root: Path, preset: str = "cpu",
                        superseded: Sequence[tuple[str, Path]] = ()) -> list[str]:
     """Issue 51's last check: full cpu WHALE runs with `proposer=local` (under
-    `local_root/<preset>/<domain>/`) beside the reflective records of the same preset
-    (`reference_root`), each run's test change split over its harness and weight stages
-    (whalekit.report.stage_effects); [] when no local run is recorded. `superseded`: (series
-    name, root) of local runs made by earlier proposer code, shown as `local, <series>` rows
-    (each root is one code, as every records folder is: `check_same_code`)."""
+    `local_root/<preset>/<domain>/`, or under each of several roots made by the same proposer
+    code) beside the reflective records of the same preset (`reference_root`), each run's test
+    change split over its harness and weight stages (whalekit.report.stage_effects); [] when no
+    local run is recorded. `superseded`: (series name, root) of local runs made by earlier
+    proposer code, shown as `local, <series>` rows (each root is one code, as every records
+    folder is: `check_same_code`)."""
+    local_roots = [Path(local_root)] if isinstance(local_root, (str, Path)) else [Path(r) for r in local_root]
 
     def whale_runs(root: Path) -> list[RunSummary]:
         return [r for r in main_runs(root, preset) if r.method == "whale"] if Path(root).exists() else []
 
-    series = [(name, runs) for name, runs in (("local", whale_runs(local_root)),
+    series = [(name, runs) for name, runs in (("local", [r for root in local_roots for r in whale_runs(root)]),
                                               *((f"local, {label}", whale_runs(root)) for label, root in superseded))
               if runs]
     if not series:
@@ -213,7 +218,9 @@ def whale_runs_section(local_root: Path, reference_root: Path, preset: str = "cp
     reference = [r for r in main_runs(reference_root, preset) if r.method == "whale"]
     lines = ["## Full cpu WHALE runs with the local proposer", "",
              f"`whalekit run --domain D --method whale --preset {preset} --set proposer=local` (records under "
-             f"`{local_root}`), beside the `{preset}` reproduction's WHALE runs (proposer `reflective`, under "
+             f"{' and '.join(f'`{root}`' for root in local_roots)}"
+             f"{': one folder per package version, the same proposer code' if len(local_roots) > 1 else ''}), "
+             f"beside the `{preset}` reproduction's WHALE runs (proposer `reflective`, under "
              f"`{reference_root}`): same preset, budget, schedule and policy; only the proposer differs. A stage's "
              "change is the test mean after it minus the one before (mean@2 between stages, mean@8 at the ends), "
              "summed over the run's stages of that kind; where a run's search accepted nothing, its harness stages "
@@ -337,7 +344,7 @@ def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
     lines += ["Code that made the records (commit, run-code source hash): " + "; ".join(
         f"{commit} / {source}: {', '.join(sorted(names))}" for (commit, source), names in sorted(codes.items())), ""]
     if whale_local is not None:
-        lines += whale_runs_section(whale_local, whale_reference or Path("results"),
+        lines += whale_runs_section((whale_local, *MORE_WHALE_LOCAL), whale_reference or Path("results"),
                                     superseded=SUPERSEDED_WHALE_LOCAL)
     for model in LOCAL:  # the newest series of each model that accepted a harness of its own
         series = [[r for r in records if r["proposer"] == label and r.get("accepted_diff")
