@@ -32,6 +32,14 @@ lock held, the server using 1.97 of 2 cores; llama-cpp-python 0.3.36 built for A
   start, 808 after; 128.7 prompt tokens/s (14.3 s), 33.1 generated tokens/s; repeated prompt 0.01 s.
   An earlier run with llama-cpp-python's server defaults (logits for all positions, a 2 GiB RAM
   cache) and other processes on the cores: 40.0 prompt tokens/s and RSS 8.0 GB after the requests.
+
+Measured 2026-12-07 on the other CPU kind seen (2-core Intel Xeon, flags avx2 avx512f avx512_vnni
+avx512_bf16 amx_bf16 amx_int8: whalekit's "Intel(R) Xeon(R) Processor, native bf16 (AVX512-BF16/AMX)";
+the same build, options and command, the CPU lock held, the server using 1.97 of 2 cores):
+  qwen2.5-coder-1.5b: start-up 1.64 s, RSS 2,005 MiB after start, 2,102 after; 1,838 prompt tokens in
+  34.1 s (53.9 tokens/s), 512 generated at 10.9 tokens/s (80.8 s cold); the repeated prompt: first token
+  after 0.02 s, 10.5 tokens/s. So this Xeon decodes at about half the EPYC's rate with the AVX2 build
+  (its AVX-512 and AMX units are unused by it), and a local proposer's candidate costs that much more.
 """
 
 from __future__ import annotations
