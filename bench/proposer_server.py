@@ -39,8 +39,9 @@ the same build, options and command, the CPU lock held, the server using 1.97 of
   qwen2.5-coder-1.5b: start-up 1.64 s, RSS 2,005 MiB after start, 2,102 after; 1,838 prompt tokens in
   34.1 s (53.9 tokens/s), 512 generated at 10.9 tokens/s (80.8 s cold); the repeated prompt: first token
   after 0.02 s, 10.5 tokens/s. qwen2.5-coder-0.5b: start-up 1.43 s, RSS 712 MiB after start, 808 after;
-  101.3 prompt tokens/s (18.1 s), 20.3 generated tokens/s; the repeated prompt 0.01 s. So this Xeon decodes at about half the EPYC's rate with the AVX2 build
-  (its AVX-512 and AMX units are unused by it), and a local proposer's candidate costs that much more.
+  101.3 prompt tokens/s (18.1 s), 20.3 generated tokens/s; the repeated prompt 0.01 s. So this Xeon
+  decodes at about half the EPYC's rate with the AVX2 build (its AVX-512 and AMX units are unused by
+  it), and a local proposer's candidate costs that much more.
 """
 
 from __future__ import annotations
