@@ -247,8 +247,8 @@ def whale_runs_section(local_root: Path | Sequence[Path], reference_root: Path, 
                 if name != "reflective" else "—"
             wall = " / ".join(f"{float((r.end or {}).get('wall_s') or 0) / 60:.0f} min" for r in runs)
             evaluated = " / ".join(_evaluated(r) for r in runs)
-            cpus = " / ".join(dict.fromkeys(_cpu(r) for r in runs)) if len({_cpu(r) for r in runs}) == 1 \
-                else " / ".join(_cpu(r) for r in runs)  # one CPU for every seed is named once
+            chips = [_cpu(r) for r in runs]
+            cpus = chips[0] if len(set(chips)) == 1 else " / ".join(chips)  # one CPU for every seed: named once
             code = " / ".join(_commit(r) for r in runs) if name != "reflective" else "—"
             lines.append(f"| {domain} | {name} | {seeds} | {test} | {harness} | {weight} | {evaluated} | {model} "
                          f"| {wall} | {cpus} | {code} |")
