@@ -128,6 +128,8 @@ def test_full_whale_runs_with_the_local_proposer_sit_beside_the_reproductions_sp
     rows = {line.split("|")[2].strip(): line for line in section if line.startswith("| toy")}
     assert "| 0, 1 | 25.0 → 75.0 / 25.0 → 75.0 |" in rows["local"], "one row, both folders' runs, seed by seed"
     assert f"`{local}` and `{other_version}`: one folder per package version" in "\n".join(section)
+    section = "\n".join(whale_runs_section([local, tmp_path / "absent"], reference, preset="smoke"))
+    assert f"`{local}`)" in section and "absent" not in section, "a folder with no run is not named as a source"
     only_older = whale_runs_section(tmp_path / "none", reference, preset="smoke", superseded=[("v1 proposer", older)])
     assert [line.split("|")[2].strip() for line in only_older if line.startswith("| toy")] == \
         ["reflective", "local, v1 proposer"]

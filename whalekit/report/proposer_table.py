@@ -215,6 +215,7 @@ def whale_runs_section(local_root: Path | Sequence[Path], reference_root: Path, 
     if not series:
         return []
     local = [r for _, runs in series for r in runs]
+    local_roots = [root for root in local_roots if whale_runs(root)]  # the header names only folders with runs
     reference = [r for r in main_runs(reference_root, preset) if r.method == "whale"]
     lines = ["## Full cpu WHALE runs with the local proposer", "",
              f"`whalekit run --domain D --method whale --preset {preset} --set proposer=local` (records under "
