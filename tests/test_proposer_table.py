@@ -133,6 +133,7 @@ def test_full_whale_runs_with_the_local_proposer_sit_beside_the_reproductions_sp
     only_older = whale_runs_section(tmp_path / "none", reference, preset="smoke", superseded=[("v1 proposer", older)])
     assert [line.split("|")[2].strip() for line in only_older if line.startswith("| toy")] == \
         ["reflective", "local, v1 proposer"]
+    assert "(records under no folder yet with the current proposer code)" in "\n".join(only_older)
 
 
 def test_records_of_superseded_series_sit_beside_the_current_ones_with_each_change_paired_per_seed():

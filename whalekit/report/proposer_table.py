@@ -209,17 +209,18 @@ def whale_runs_section(local_root: Path | Sequence[Path], reference_root: Path, 
     def whale_runs(root: Path) -> list[RunSummary]:
         return [r for r in main_runs(root, preset) if r.method == "whale"] if Path(root).exists() else []
 
-    series = [(name, runs) for name, runs in (("local", [r for root in local_roots for r in whale_runs(root)]),
+    by_root = {root: whale_runs(root) for root in local_roots}
+    local_roots = [root for root, runs in by_root.items() if runs]  # the header names only folders with runs
+    series = [(name, runs) for name, runs in (("local", [r for root in local_roots for r in by_root[root]]),
                                               *((f"local, {label}", whale_runs(root)) for label, root in superseded))
               if runs]
     if not series:
         return []
     local = [r for _, runs in series for r in runs]
-    local_roots = [root for root in local_roots if whale_runs(root)]  # the header names only folders with runs
     reference = [r for r in main_runs(reference_root, preset) if r.method == "whale"]
     lines = ["## Full cpu WHALE runs with the local proposer", "",
              f"`whalekit run --domain D --method whale --preset {preset} --set proposer=local` (records under "
-             f"{' and '.join(f'`{root}`' for root in local_roots)}"
+             f"{' and '.join(f'`{root}`' for root in local_roots) or 'no folder yet with the current proposer code'}"
              f"{': one folder per package version, the same proposer code' if len(local_roots) > 1 else ''}), "
              f"beside the `{preset}` reproduction's WHALE runs (proposer `reflective`, under "
              f"`{reference_root}`): same preset, budget, schedule and policy; only the proposer differs. A stage's "
