@@ -72,8 +72,11 @@ test-fast: install
 lab: install
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
 
+# DRY_RUN=1 prints the plan (runs recorded and left, ETA); YES=1 starts a set of runs that takes hours
+# (without it such a set is only planned, exit status 2); MAX_HOURS=N makes it in chunks that stop cleanly
 reproduce: install
-	$(PY) -m whalekit.repro.reproduce --preset $(PRESET) $(if $(MAX_HOURS),--max-hours $(MAX_HOURS))
+	$(PY) -m whalekit.repro.reproduce --preset $(PRESET) $(if $(MAX_HOURS),--max-hours $(MAX_HOURS)) \
+	  $(if $(filter 1 yes true,$(DRY_RUN)),--dry-run) $(if $(filter 1 yes true,$(YES)),--yes)
 
 # every figure and table of the preset from the committed records in results/ (seconds; runs/ when there are none)
 figures: install

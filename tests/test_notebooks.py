@@ -72,30 +72,6 @@ def test_timings_note_lists_every_notebook(tmp_path):
     assert json.loads((tmp_path / "timings.json").read_text()) == timings
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(3000)  # eight smoke runs plus the analysis notebooks, each in a fresh kernel
-def test_every_notebook_executes_under_the_smoke_preset_and_writes_its_outputs(tmp_path):
-    jobs = reproduce_plan.plan("smoke", tmp_path / "runs", tmp_path / "figures", domains=["toy"])
-    timings = notebook_runner.run_jobs(jobs)
-    assert {t["notebook"] for t in timings} == set(NOTEBOOKS) and not any(t["reused"] for t in timings)
-    for job in jobs:
-        assert job.output.exists(), job.label
-        for path in job.expected:
-            assert path.exists() and path.stat().st_size > 0, f"{job.label}: {path}"
-        executed = nbformat.read(job.output, as_version=4)
-        errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-        assert not errors, job.label
-    archive_notebook = nbformat.read(jobs[-1].output, as_version=4)
-    html = [o["data"]["text/html"] for c in archive_notebook.cells if c.cell_type == "code" for o in c.outputs
-            if "text/html" in o.get("data", {})]
-    assert any("wk-trace" in page for page in html), "the trace viewer must fall back to static HTML headless"
-    table = (tmp_path / "figures" / "table2_main.md").read_text()
-    assert all(label in table for label in ("WHALE", "weights only", "harness only", "FST (prompt only)"))
-    # a second pass reuses every finished run instead of recomputing it
-    again = notebook_runner.run_jobs(jobs)
-    assert all(t["reused"] for t in again if t["notebook"] == DOMAIN_RUN)
-
-
 @pytest.mark.timeout(1200)  # about 15 s with the tiny model: part of `make test-fast`
 def test_the_custom_domain_notebook_builds_a_domain_outside_whalekit_and_runs_whale_on_it(tmp_path):
     from whalekit.archive import Archive, archive_folders

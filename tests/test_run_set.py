@@ -108,7 +108,8 @@ def test_the_eta_comes_from_runs_timed_on_this_cpu_kind_only(tmp_path):
     # four runs left, all estimated from the one run timed on this CPU kind (600 s)
     assert "2 of 6 runs recorded, 4 left; ETA 40:00" in summary and CPU in summary
     elsewhere = Records([j.planned for j in jobs], results, _copy_export, code=RunCode("a" * 64), cpu="Unseen CPU")
-    assert "ETA not known yet: no run of this set has been timed on Unseen CPU" in elsewhere.summary()
+    assert ("ETA unknown on this CPU kind (Unseen CPU): no run of this set has been timed on it; its records took "
+            "1:00 to 10:00 a run on other CPU kinds") in elsewhere.summary()  # the measured range, not an estimate
 
 
 def test_the_deadline_stops_at_a_run_boundary():

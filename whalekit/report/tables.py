@@ -13,6 +13,10 @@ code version.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import inspect
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -21,10 +25,11 @@ from typing import Any
 import pandas as pd
 
 from whalekit.domains.base import get_domain
-from whalekit.domains.chess.baselines import random_legal_move_score
+from whalekit.domains.chess.baselines import RandomBaseline, random_legal_move_score
 from whalekit.methods import METHOD_LABELS, METHOD_ORDER
 from whalekit.report.run_summaries import DOMAIN_ORDER, POINTS, RunSummary, grid_runs, main_runs, point_k
 from whalekit.report.stats import N_RESAMPLES, Interval, paired_difference, seed_interval
+from whalekit.runs import atomic_write
 
 # The words every table and figure prints beside each of a run's numbers (run_summaries.POINTS).
 POINT_LABELS = {"final": "final test mean@{k} (%, after the whole budget)",
@@ -93,7 +98,9 @@ def floor_interval(floor: Any, n_resamples: int = N_RESAMPLES) -> Interval | Non
 def floor_scores(runs: list[RunSummary], score: Callable[..., Any] | None = None) -> dict[str, dict[int, Any]]:
     """The chess random-legal-move floor on each seed's own test problems, for the `floors`
     argument of the tables: domain -> seed -> score(tasks, k=, seed=). `score` defaults to
-    whalekit.domains.chess.baselines.random_legal_move_score (chess runs only)."""
+    whalekit.domains.chess.baselines.random_legal_move_score (chess runs only), whose value is
+    kept beside the records (`FLOOR_FILE`): regenerating the puzzles takes minutes a seed."""
+    cached = score is None
     if score is None:
         score = random_legal_move_score
         runs = [r for r in runs if r.domain == "chess"]
@@ -101,11 +108,46 @@ def floor_scores(runs: list[RunSummary], score: Callable[..., Any] | None = None
     for domain, seeds in initial_runs(runs).items():
         for run in seeds:
             c = run.config
-            splits = get_domain(domain, **c.get("domain_options", {})).load_splits(
-                n_train=c["n_train"], n_search=c["n_search"], n_test=c["n_test"], seed=run.seed,
-                **c.get("split_options", {}))
-            out.setdefault(domain, {})[run.seed] = score(splits.test, k=run.k, seed=run.seed)
+
+            def compute(c: dict[str, Any] = c, run: RunSummary = run) -> Any:
+                splits = get_domain(run.domain, **c.get("domain_options", {})).load_splits(
+                    n_train=c["n_train"], n_search=c["n_search"], n_test=c["n_test"], seed=run.seed,
+                    **c.get("split_options", {}))
+                return score(splits.test, k=run.k, seed=run.seed)
+
+            out.setdefault(domain, {})[run.seed] = _kept_floor(run, compute) if cached else compute()
     return out
+
+
+FLOOR_FILE = "random_floor-s{seed}.json"  # beside a domain's runs: <root>/<preset>/<domain>/
+
+
+def _kept_floor(run: RunSummary, compute: Callable[[], Any]) -> RandomBaseline:
+    """The random-legal-move floor of `run`'s seed, read from beside its runs when it was
+    computed for the same test problems (the split settings, k and the chess domain's code),
+    else computed and kept there; the file is the same bytes each time it is written."""
+    c = run.config
+    key = {"split": {name: c.get(name) for name in ("domain_options", "n_train", "n_search", "n_test",
+                                                    "split_options")},
+           "k": run.k, "seed": run.seed, "domain_code": _domain_code_sha256(run.domain)}
+    path = run.path.parent / FLOOR_FILE.format(seed=run.seed)
+    if path.exists():
+        kept = json.loads(path.read_text(encoding="utf-8"))
+        if kept.get("key") == key:
+            return RandomBaseline(**kept["floor"])
+    floor = compute()
+    atomic_write(path, json.dumps({"key": key, "floor": dataclasses.asdict(floor)}, indent=1, sort_keys=True) + "\n")
+    return floor
+
+
+def _domain_code_sha256(domain: str) -> str:
+    """The hash of a built-in domain's source files: a change to how its problems are made
+    voids a kept floor."""
+    folder = Path(inspect.getfile(type(get_domain(domain)))).parent
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _format(value: Interval | None, signed: bool = False) -> str:

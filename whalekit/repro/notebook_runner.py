@@ -45,10 +45,12 @@ def execute(job: Job, notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3"
     job.output.parent.mkdir(parents=True, exist_ok=True)
     kernel_groups: list[int] = []
     try:
-        papermill.execute_notebook(str(notebook_dir / f"{job.notebook}.ipynb"), str(job.output),
+        # The kernel starts in notebook_dir; papermill's own `cwd=` would chdir this whole process, and
+        # with two notebooks at once one thread's chdir moves every relative path of the other
+        papermill.execute_notebook(str(notebook_dir.resolve() / f"{job.notebook}.ipynb"), str(job.output.resolve()),
                                    parameters=job.parameters, kernel_name=kernel, progress_bar=False,
-                                   cwd=str(notebook_dir), log_output=False,
-                                   kernel_manager_class=recording_kernel_manager(kernel_groups))
+                                   log_output=False,
+                                   kernel_manager_class=recording_kernel_manager(kernel_groups, notebook_dir))
     finally:
         end_process_groups(kernel_groups)
     missing = [str(p) for p in job.expected if not p.exists() or p.stat().st_size == 0]
@@ -56,16 +58,19 @@ def execute(job: Job, notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "python3"
         raise RuntimeError(f"{job.label}: finished but did not write {', '.join(missing)} (see {job.output})")
 
 
-def recording_kernel_manager(groups: list[int]) -> type[AsyncKernelManager]:
-    """A kernel manager class (for papermill, which passes it to nbclient) that appends the
-    process group of each kernel it starts to `groups`. jupyter_client starts every kernel in
-    a session of its own, so the group holds the kernel and what it started that stayed in the
-    group (vLLM's EngineCore and workers do; a bwrap sandbox starts a session of its own and
-    dies with its parent instead), and nothing else."""
+def recording_kernel_manager(groups: list[int], cwd: Path | None = None) -> type[AsyncKernelManager]:
+    """A kernel manager class (for papermill, which passes it to nbclient) that starts each
+    kernel in `cwd` (when given) and appends the process group of each kernel it starts to
+    `groups`. jupyter_client starts every kernel in a session of its own, so the group holds
+    the kernel and what it started that stayed in the group (vLLM's EngineCore and workers
+    do; a bwrap sandbox starts a session of its own and dies with its parent instead), and
+    nothing else."""
 
     class Recording(AsyncKernelManager):
         # jupyter_client types start_kernel as its synchronous wrapper; AsyncKernelManager's is a coroutine
         async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]
+            if cwd is not None:
+                kw["cwd"] = str(Path(cwd).resolve())
             await super().start_kernel(**kw)
             pgid = getattr(self.provisioner, "pgid", None)
             if isinstance(pgid, int) and pgid > 0:

@@ -34,8 +34,8 @@ from typing import Any
 from whalekit.presets import load_preset
 from whalekit.provenance import REUSE_ENV, provenance, provenance_changes, recorded_provenance
 from whalekit.repro.notebook_runner import run_jobs
-from whalekit.repro.reproduce_plan import METHODS, Job, plan, run_set_defaults
-from whalekit.repro.results import export_run
+from whalekit.repro.reproduce_plan import METHODS, QUICKSTART, Job, plan, run_set_defaults
+from whalekit.repro.results import export_run, records_dir
 from whalekit.repro.run_set import Deadline, Records
 from whalekit.runs import RunDir
 from whalekit.shutdown import exit_on_sigterm
@@ -111,14 +111,20 @@ def main(argv: list[str] | None = None) -> int:
                              "else 1)")
     parser.add_argument("--no-zero-start", action="store_true", help="leave out the zero-start runs (the preset's "
                         "reproduce.zero_start methods from the authors' faithful h0)")
-    parser.add_argument("--results", default="results", help="committed run records: a run recorded here for the "
-                        "same configuration and code is skipped; each finished run is exported here")
+    parser.add_argument("--results", default=None, help="run records: a run recorded here for the same configuration "
+                        "and code is skipped; each finished run is exported here (default: results/ for the cpu "
+                        "preset, whose records are committed; <runs-root>/records/ for any other)")
     parser.add_argument("--max-hours", type=float, default=None,
                         help="start no run after this many hours (nor one this machine's timings say would end "
                              "past them): the chunk stops at a run boundary and the same command continues")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel that executes the notebooks")
     parser.add_argument("--dry-run", action="store_true", help="list the notebook executions and stop")
+    parser.add_argument("--yes", action="store_true", help="start the runs that are left without asking (`make "
+                        "reproduce YES=1`); without it a preset whose set takes hours asks first, or, not run from a "
+                        "terminal, prints the plan and exits with status 2")
     args = parser.parse_args(argv)
+    args.results = str(Path(args.results if args.results is not None else records_dir(args.preset, args.runs_root))
+                       .resolve())
     jobs = plan(args.preset, args.runs_root, args.figures, args.domains, args.methods, args.seeds,
                 grid=not args.no_grid, zero=not args.no_zero_start, results=args.results)
     # STATUS.md lists the preset's whole set, whatever this chunk selects
@@ -134,10 +140,23 @@ def main(argv: list[str] | None = None) -> int:
                             dry_run=True)
         return 0
     print(records.summary(), flush=True)  # the plan first: done / left per tier and an ETA
+    defaults = run_set_defaults(load_preset(args.preset))
+    left = records.left()
+    if left and defaults["confirm"] and not args.yes and not _confirmed(left):
+        print(f"{left} run(s) left to make, which takes hours on this machine: nothing started. `make reproduce "
+              f"YES=1` (or --yes) starts them, `MAX_HOURS=N` in chunks; `make reproduce DRY_RUN=1` lists them",
+              file=sys.stderr)
+        return 2
+    if not left:
+        print(f"every run of this selection is recorded in {args.results}: making the figures and tables from the "
+              "records", flush=True)
+        # the runs' notebooks have nothing to do, and the quickstart's trace is a live sample: kept when present
+        jobs = [j for j in jobs if j.planned is None
+                and not (j.notebook == QUICKSTART and all(p.exists() for p in j.expected))]
     records.write_status()
     handle_foreign_runs(jobs, args.reuse_foreign_runs, log=lambda line: print(line, flush=True))
     started = time.perf_counter()
-    parallel = args.parallel if args.parallel is not None else run_set_defaults(load_preset(args.preset))["parallel"]
+    parallel = args.parallel if args.parallel is not None else defaults["parallel"]
     run_jobs(jobs, kernel=args.kernel, log=lambda line: print(line, flush=True), parallel=parallel, records=records)
     records.write_status()
     if records.stopped:
@@ -145,10 +164,22 @@ def main(argv: list[str] | None = None) -> int:
               f"{records.summary()}\nstatus in {records.status_path()}", flush=True)
         return 0
     figures = jobs[0].parameters["figures"]
-    print(f"done in {time.perf_counter() - started:.0f} s: figures and tables in {figures}, "
+    print(f"done in {time.perf_counter() - started:.0f} s{' (figures from the records only)' if not left else ''}: "
+          f"figures and tables in {figures}, "
           f"executed notebooks and timings.md in {jobs[0].output.parent}, status in {records.status_path()}",
           flush=True)
     return 0
+
+
+def _confirmed(left: int) -> bool:
+    """Asked at a terminal whether to start the runs left; never asked elsewhere (a script,
+    CI, a notebook), where only --yes starts them."""
+    if not sys.stdin.isatty():
+        return False
+    try:
+        return input(f"start the {left} run(s) left now? [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
 
 
 if __name__ == "__main__":

@@ -195,20 +195,22 @@ def run_set_defaults(data: dict[str, Any]) -> dict[str, Any]:
     section's domains, methods, seeds and notebooks at once (`parallel`), else its domains
     except the toy one (which exists for mechanics, unless it is all there is), every
     method, seeds 0 1 2, one notebook at a time; `zero_start` lists the methods also run from
-    the authors' faithful h0 (none by default). The smoke preset names a small set (one
+    the authors' faithful h0 (none by default); `confirm` (default true) makes `make reproduce`
+    start runs only with --yes, for a set that takes hours. The smoke preset names a small set (one
     domain, one seed, two at once) so that its pass takes minutes."""
     section = data.get("reproduce") or {}
-    unknown = sorted(set(section) - {"domains", "methods", "seeds", "parallel", "zero_start"})
+    unknown = sorted(set(section) - {"domains", "methods", "seeds", "parallel", "zero_start", "confirm"})
     if unknown:
         raise ValueError(f"the preset's reproduce section has unknown keys {unknown}; "
-                         "known: domains, methods, seeds, parallel, zero_start")
+                         "known: domains, methods, seeds, parallel, zero_start, confirm")
     domains = list(section.get("domains") or [d for d in data["domains"] if d != "toy"] or list(data["domains"]))
     missing = sorted(set(domains) - set(data["domains"]))
     if missing:
         raise ValueError(f"the preset's reproduce section names domains {missing} it has no section for")
     return {"domains": domains, "methods": list(section.get("methods") or METHODS),
             "seeds": [int(s) for s in section.get("seeds") or DEFAULT_SEEDS],
-            "parallel": int(section.get("parallel", 1)), "zero_start": list(section.get("zero_start") or [])}
+            "parallel": int(section.get("parallel", 1)), "zero_start": list(section.get("zero_start") or []),
+            "confirm": bool(section.get("confirm", True))}
 
 
 def job_costs(jobs: Sequence[Any]) -> list[float]:

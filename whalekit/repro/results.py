@@ -82,12 +82,23 @@ def record_path(config: Any, results_root: str | Path = RESULTS_ROOT) -> Path:
     return Path(results_root) / Path(config.preset).stem / config.domain / config.run_name
 
 
+COMMITTED_PRESETS = ("cpu",)  # the presets whose records (results/) and figures (figures/) are committed
+
+
 def figures_dir(preset: str, root: str | Path = "figures") -> Path:
     """Where a preset's figures and tables go by default: the `cpu` preset's are the ones
     committed in `root`; every other preset (smoke, paper, a preset file) writes below
     `root/<preset name>/`, so a fast smoke pass never overwrites the committed figures."""
     name = Path(preset).stem
-    return Path(root) if name == "cpu" else Path(root) / name
+    return Path(root) if name in COMMITTED_PRESETS else Path(root) / name
+
+
+def records_dir(preset: str, runs_root: str | Path = "runs", root: str | Path = RESULTS_ROOT) -> Path:
+    """Where the reproduction exports a preset's run records by default: `root` (results/,
+    committed) for a committed preset; every other preset's go under runs_root/records/
+    (ignored by git), so a smoke pass leaves the tracked tree, the run-code ledger included,
+    as it found it."""
+    return Path(root) if Path(preset).stem in COMMITTED_PRESETS else Path(runs_root) / "records"
 
 
 def find_record(results_root: str | Path, preset: str, domain: str, run_name: str) -> Path | None:

@@ -137,11 +137,31 @@ def plan_summary(runs: Sequence[PlannedRun], states: Sequence[RecordState], cpu:
 
 def eta_text(runs: Sequence[PlannedRun], states: Sequence[RecordState], cpu: str) -> str:
     """'ETA 3:20:00 on <cpu>', with the runs no estimate covers said, or that none exists yet."""
+    if all(s.state == RECORDED for s in states):
+        return "nothing left to run"  # the same words on every machine: STATUS.md stays as it was
     seconds, unknown = eta_s(runs, states, cpu)
     if unknown and not seconds:
-        return f"ETA not known yet: no run of this set has been timed on {cpu}"
+        return f"ETA unknown on this CPU kind ({cpu}): no run of this set has been timed on it{elsewhere(states)}"
     note = f" (+ {unknown} run(s) of a kind not yet timed on this CPU)" if unknown else ""
     return f"ETA {format_duration(seconds) if seconds else '0 s'}{note} on {cpu}"
+
+
+def elsewhere(states: Sequence[RecordState]) -> str:
+    """'; the records took 12 min-31 min a run on other CPU kinds': the measured range a
+    reader can plan with when this machine has timed nothing (no estimate is made from it)."""
+    walls = [s.wall_s for s in states if s.wall_s is not None]
+    if not walls:
+        return ""
+    return f"; its records took {format_duration(min(walls))} to {format_duration(max(walls))} a run on other CPU kinds"
+
+
+def unchanged_but_header(path: Path, text: str) -> bool:
+    """Whether `path` already says `text`, apart from its 'Written by ... at <time> from commit'
+    line: a pass that changed no run's state leaves STATUS.md (tracked) as it was."""
+    if not path.exists():
+        return False
+    strip = lambda body: [line for line in body.splitlines() if not line.startswith("Written by ")]  # noqa: E731
+    return strip(path.read_text(encoding="utf-8")) == strip(text)
 
 
 def write_status(runs: Sequence[PlannedRun], states: Sequence[RecordState], path: Path, cpu: str,
@@ -169,7 +189,9 @@ def write_status(runs: Sequence[PlannedRun], states: Sequence[RecordState], path
             lines.append(f"| {run.config.domain} | {run.config.run_name} | {what} | {wall} | {state.cpu_kind or ''} "
                          f"| {(state.commit or '')[:12]} |")
         lines.append("")
-    atomic_write(path, "\n".join(lines))
+    text = "\n".join(lines)
+    if not unchanged_but_header(path, text):
+        atomic_write(path, text)
     return path
 
 
@@ -201,7 +223,8 @@ class Records:
                  selected: Sequence[PlannedRun] | None = None):
         # `runs`: the preset's whole planned set (STATUS.md lists every one, whatever a chunk
         # selects); `selected`: the runs this chunk makes (default: all of them)
-        self.runs, self.results_root, self.export = list(runs), Path(results_root), export
+        # absolute: a notebook kernel's working directory must never move where records go
+        self.runs, self.results_root, self.export = list(runs), Path(results_root).resolve(), export
         known = {r.key for r in self.runs}
         self.runs += [r for r in selected or () if r.key not in known]  # a selection beyond the preset's set
         self.selected = {r.key for r in (self.runs if selected is None else selected)}
@@ -247,6 +270,10 @@ class Records:
         if not self.runs:
             return None
         return write_status(self.runs, self.states, self.status_path(), self.cpu, self.commit, self.tag, running)
+
+    def left(self) -> int:
+        """How many runs this chunk's selection has left to make."""
+        return sum(s.state != RECORDED for r, s in zip(self.runs, self.states) if r.key in self.selected)
 
     def summary(self) -> str:
         """The whole set per tier with its ETA, and this chunk's selection when it is a part."""
