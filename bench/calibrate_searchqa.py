@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from whalekit.calibration import add_arguments, run_from_arguments
+from whalekit.repro.calibration import add_arguments, run_from_arguments
 
 
 def main() -> None:

@@ -40,12 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rsft_speed import SHAPES, episodes  # noqa: E402
 
-from whalekit.cpu_info import cpu_kind  # noqa: E402
-from whalekit.memory import release_freed_memory  # noqa: E402
-from whalekit.model_files import load_tokenizer, resolve_model_dir  # noqa: E402
-from whalekit.models import load_model  # noqa: E402
-from whalekit.rsft import bf16_supported, enable_gradient_checkpointing  # noqa: E402
-from whalekit.rsft_loss import packed_training_sequences, token_normalised_loss, trained_token_count  # noqa: E402
+from whalekit.infra.cpu_info import cpu_kind  # noqa: E402
+from whalekit.infra.memory import release_freed_memory  # noqa: E402
+from whalekit.samplers.model_files import load_tokenizer, resolve_model_dir  # noqa: E402
+from whalekit.samplers.models import load_model  # noqa: E402
+from whalekit.weights.rsft import bf16_supported, enable_gradient_checkpointing  # noqa: E402
+from whalekit.weights.rsft_loss import packed_training_sequences, token_normalised_loss, trained_token_count  # noqa: E402
 
 
 def status_kib(field: str) -> int:

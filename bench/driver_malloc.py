@@ -31,7 +31,7 @@ CHILD = r"""
 import json, sys, time
 sys.path.insert(0, {bench!r})
 from rsft_vs_trl import fixed_trajectories, whalekit_trainer
-from whalekit.models import load_policy
+from whalekit.samplers.models import load_policy
 policy = load_policy({model!r})
 trajectories = fixed_trajectories(policy.tokenizer.vocab_size, {batch} * {batches}, {seq_len})
 trainer = whalekit_trainer(policy, True, False, {batch}, {seq_len}, 2e-4)
@@ -83,7 +83,7 @@ def main() -> None:
         for name, preload in (("glibc", None), ("tcmalloc", library)):
             seconds = epoch(preload, **settings)
             steady[name] += seconds[1:] or seconds  # the first step pays one-off warm-up
-    from whalekit.cpu_info import cpu_kind
+    from whalekit.infra.cpu_info import cpu_kind
 
     glibc, tcmalloc = (statistics.median(steady[n]) for n in ("glibc", "tcmalloc"))
     print(f"{cpu_kind()}; {args.model}, LoRA, {args.batch} x {args.seq_len} tokens a step, "

@@ -34,7 +34,7 @@ SHAPE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "token
 
 def prepare(target: Path) -> None:
     """Copy SmolLM2-135M's config and tokenizer (no weights) to `target`."""
-    from whalekit.models import resolve_model_dir
+    from whalekit.samplers.models import resolve_model_dir
 
     source = resolve_model_dir("smollm2-135m")
     out = target / "smollm2-135m-shape"
@@ -73,8 +73,8 @@ def make_sampler(path: Path, tokenizer, args):
         print(f"sampler: vLLM, started in {time.perf_counter() - start:.1f} s "
               f"(gpu_memory_fraction={args.gpu_memory_fraction})")
         return sampler, None
-    from whalekit.models import load_model
     from whalekit.samplers import HFSampler
+    from whalekit.samplers.models import load_model
 
     print("sampler: transformers (vllm is not importable here: carry its wheels, see the device README)"
           if not args.hf else "sampler: transformers (--hf)")
@@ -85,7 +85,7 @@ def make_sampler(path: Path, tokenizer, args):
 def timed_rollout(domain, runtime, tasks, sampler, label: str) -> list:
     import torch
 
-    from whalekit.engine import Episode, RolloutConfig, rollout
+    from whalekit.rollouts.engine import Episode, RolloutConfig, rollout
 
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -103,9 +103,9 @@ def rsft_step(policy, domain, tasks, trajectories, lora: bool, ranks: int = 1) -
     trainer's sharded ranks (`rsft.trainer_ranks`: FSDP2 on NCCL, rank r on cuda:r)."""
     import torch
 
-    from whalekit.budget import RolloutBudget
-    from whalekit.rsft import RSFTTrainer
-    from whalekit.rsft_config import RSFTConfig
+    from whalekit.rollouts.budget import RolloutBudget
+    from whalekit.weights.rsft import RSFTTrainer
+    from whalekit.weights.rsft_config import RSFTConfig
 
     start = time.perf_counter()
     trainer = RSFTTrainer(policy, domain, tasks, RSFTConfig(lora=lora, micro_batch_sequences=32, max_seq_len=1024,
@@ -146,7 +146,7 @@ def paper_architecture(tokenizer, domain, runtime, tasks, args) -> None:
     import torch
     from paper_models import tiny_model
 
-    from whalekit.models import Policy, cache_dir
+    from whalekit.samplers.models import Policy, cache_dir
 
     path = cache_dir() / "models" / "tiny-qwen3_5"
     if not (path / "config.json").exists():
@@ -192,7 +192,7 @@ def dense_retriever(tokenizer, passages: int) -> None:
     from transformers import BertConfig, BertModel
 
     from whalekit.domains.searchqa.dense import DenseIndex, build_dense_index
-    from whalekit.models import cache_dir
+    from whalekit.samplers.models import cache_dir
 
     root = cache_dir() / "gpu-check-dense"
     root.mkdir(parents=True, exist_ok=True)
@@ -233,8 +233,8 @@ def ray_replicas(path: Path, domain, runtime, tasks, reference: list, replicas: 
 
     import torch
 
-    from whalekit.backends import BackendConfig, ray_available
-    from whalekit.engine import Episode, RolloutConfig
+    from whalekit.rollouts.backends import BackendConfig, ray_available
+    from whalekit.rollouts.engine import Episode, RolloutConfig
     from whalekit.samplers.vllm import vllm_available
 
     if not ray_available():
@@ -242,7 +242,7 @@ def ray_replicas(path: Path, domain, runtime, tasks, reference: list, replicas: 
         return
     import ray
 
-    from whalekit.backends.ray_backend import RayBackend, connect
+    from whalekit.rollouts.backends.ray_backend import RayBackend, connect
 
     if not vllm_available() or args.hf:
         print("ray case: skipped, it runs vLLM replicas (the transformers sampler's GPU path is the local check)")
@@ -268,7 +268,7 @@ def ray_replicas(path: Path, domain, runtime, tasks, reference: list, replicas: 
     print(f"ray case: {len(tasks)} episodes, {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.0f} tok/s "
           f"(per-worker episodes {[s.episodes for s in backend.stats]}); same trajectories as the local sampler: "
           f"{same} (vLLM batches are not bitwise batch-invariant, so False there is expected)")
-    from whalekit.models import load_model
+    from whalekit.samplers.models import load_model
 
     state = load_model(path, "bfloat16").state_dict()
     start = time.perf_counter()
@@ -306,9 +306,9 @@ def main() -> None:
     from rollout_throughput import LongAnswer
 
     from whalekit.domains.base import get_domain
-    from whalekit.engine import InProcessHarness
-    from whalekit.models import Policy, cache_dir, load_tokenizer
+    from whalekit.rollouts.engine import InProcessHarness
     from whalekit.samplers import SamplingParams
+    from whalekit.samplers.models import Policy, cache_dir, load_tokenizer
 
     if not torch.cuda.is_available():
         sys.exit("gpu_check: no CUDA device visible")

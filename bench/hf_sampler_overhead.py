@@ -32,9 +32,9 @@ def main() -> None:
 
     import torch
 
-    from whalekit.cpu_info import cpu_kind
-    from whalekit.models import cache_dir, load_model, load_tokenizer, resolve_model_dir
+    from whalekit.infra.cpu_info import cpu_kind
     from whalekit.samplers import GenerationRequest, HFSampler, SamplingParams
+    from whalekit.samplers.models import cache_dir, load_model, load_tokenizer, resolve_model_dir
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     given = Path(args.model)

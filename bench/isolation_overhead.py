@@ -33,11 +33,11 @@ import statistics
 import time
 
 from whalekit.domains.base import get_domain
-from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
-from whalekit.isolation import IsolatedHarness
-from whalekit.models import load_policy
+from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.samplers.base import SamplingParams
-from whalekit.sandbox import probe_isolation
+from whalekit.samplers.models import load_policy
+from whalekit.sandbox.bwrap import probe_isolation
+from whalekit.sandbox.isolation import IsolatedHarness
 
 
 class _Timed:

@@ -74,8 +74,8 @@ import time
 from rollout_throughput import matmul_flops
 
 from whalekit.domains.base import get_domain
-from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
-from whalekit.models import load_policy
+from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.samplers.models import load_policy
 
 
 def parameter_count(model_dir) -> int:

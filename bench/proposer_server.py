@@ -1,5 +1,5 @@
 """The local proposer's server on this machine: llama.cpp (llama-cpp-python[server] 0.3.36)
-serving the proposer's code model through whalekit.proposer_server, driven by the `openai` SDK.
+serving the proposer's code model through whalekit.search.proposers.local_server, driven by the `openai` SDK.
 
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/proposer_server.py
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/proposer_server.py --model qwen2.5-coder-0.5b
@@ -59,9 +59,9 @@ from pathlib import Path
 
 import openai
 
-from whalekit.cpu_info import cpu_kind, read_cpuinfo
-from whalekit.proposer_models import DEFAULT_PROPOSER_MODEL, PROPOSER_MODELS, proposer_model_path
-from whalekit.proposer_server import HOST, ServerOptions, start_llama_server, usable_cores
+from whalekit.infra.cpu_info import cpu_kind, read_cpuinfo
+from whalekit.search.proposers.local_models import DEFAULT_PROPOSER_MODEL, PROPOSER_MODELS, proposer_model_path
+from whalekit.search.proposers.local_server import HOST, ServerOptions, start_llama_server, usable_cores
 
 ROOT = Path(__file__).resolve().parents[1]
 FAILURE_REPORT = """\

@@ -44,20 +44,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from whalekit.archive import Archive, archive_folders
-from whalekit.cpu_info import cpu_kind
 from whalekit.domains.base import get_domain
-from whalekit.lifetime import run_child
-from whalekit.proposers.ledger import Ledger
-from whalekit.proposers.novelty import novel_statements
-from whalekit.provenance import git_commit
+from whalekit.infra.cpu_info import cpu_kind
+from whalekit.infra.lifetime import run_child
+from whalekit.infra.runs import RunDir
+from whalekit.infra.shutdown import exit_on_sigterm
+from whalekit.records.code_identity import RunCode
 from whalekit.report.run_summaries import load_run
-from whalekit.repro.code_identity import RunCode
-from whalekit.runs import RunDir
-from whalekit.shutdown import exit_on_sigterm
+from whalekit.run.provenance import git_commit
+from whalekit.search.archive import Archive, archive_folders
+from whalekit.search.proposers.ledger import Ledger
+from whalekit.search.proposers.novelty import novel_statements
 
 # label -> (the whalekit proposer it runs, extra `--set` overrides): the 0.5B coder is the same
-# `local` proposer on the smaller model of whalekit.proposer_models
+# `local` proposer on the smaller model of whalekit.search.proposers.local_models
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "reflective": ("reflective", []), "local": ("local", []), "random-catalogue": ("random-catalogue", []),
     "local-0.5b": ("local", ["proposer_options.model=qwen2.5-coder-0.5b"])}
@@ -82,7 +82,7 @@ def record_path(results: Path, domain: str, proposer: str, iterations: int, seed
 
 
 def run_command(domain: str, proposer: str, seed: int, iterations: int, runs_root: Path) -> list[str]:
-    return [sys.executable, "-m", "whalekit.cli", "run", "--domain", domain, "--method", "harness_only",
+    return [sys.executable, "-m", "whalekit.cli.main", "run", "--domain", domain, "--method", "harness_only",
             "--preset", "cpu", "--seed", str(seed), "--runs-root", str(runs_root / proposer / f"i{iterations}"),
             "--set", f"proposer={VARIANTS[proposer][0]}",
             *[flag for setting in budget_settings(iterations) + VARIANTS[proposer][1] for flag in ("--set", setting)]]

@@ -1,5 +1,5 @@
 """Can the local coder model drive the `openai` proposer's tool loop? One agent session
-(whalekit.proposers.openai_agent: list/read/grep the run view, write_candidate) against
+(whalekit.search.proposers.openai_agent: list/read/grep the run view, write_candidate) against
 llama.cpp's OpenAI-compatible server on the local proposer model, from a domain's h0_cpu;
 prints each turn (tool calls made, whether they came as text, tokens) and the outcome.
 
@@ -19,14 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from whalekit.archive import Archive
-from whalekit.cpu_info import cpu_kind
 from whalekit.domains.base import get_domain
-from whalekit.proposer_models import proposer_model_path
-from whalekit.proposer_server import ServerOptions, start_llama_server
-from whalekit.proposers.agent_loop import AgentConfig
-from whalekit.proposers.ledger import Ledger
-from whalekit.proposers.openai_agent import OpenAIProposer
+from whalekit.infra.cpu_info import cpu_kind
+from whalekit.search.archive import Archive
+from whalekit.search.proposers.agent_loop import AgentConfig
+from whalekit.search.proposers.ledger import Ledger
+from whalekit.search.proposers.local_models import proposer_model_path
+from whalekit.search.proposers.local_server import ServerOptions, start_llama_server
+from whalekit.search.proposers.openai_agent import OpenAIProposer
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,11 +55,11 @@ def main() -> None:
     import torch
     from rollout_throughput import LongAnswer
 
-    from whalekit.backends import BackendConfig, LocalBackend
-    from whalekit.backends.ray_backend import RayBackend, connect
     from whalekit.domains.base import get_domain
-    from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
-    from whalekit.models import load_policy
+    from whalekit.rollouts.backends import BackendConfig, LocalBackend
+    from whalekit.rollouts.backends.ray_backend import RayBackend, connect
+    from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout
+    from whalekit.samplers.models import load_policy
 
     policy = load_policy(args.model)
     domain = get_domain("toy")

@@ -1,5 +1,5 @@
 """The Ray backend's weight sync: a gloo broadcast a bucket of whole layers at a time
-(`whalekit.backends.weight_broadcast`, what `RayBackend.load_weights` does) against the object
+(`whalekit.rollouts.backends.weight_broadcast`, what `RayBackend.load_weights` does) against the object
 store path it replaced (one `ray.put` of the whole state dict, every worker `ray.get`s it and
 loads it: `RolloutWorker.load_weights`), on the same cluster and workers, in one process, with
 the same weights; each sync is followed by a check that both workers hold them (greedy replies
@@ -25,10 +25,10 @@ import argparse
 import statistics
 import time
 
-from whalekit.backends import BackendConfig, make_backend
-from whalekit.cpu_info import cpu_kind
-from whalekit.models import load_policy
+from whalekit.infra.cpu_info import cpu_kind
+from whalekit.rollouts.backends import BackendConfig, make_backend
 from whalekit.samplers.base import GenerationRequest, SamplingParams
+from whalekit.samplers.models import load_policy
 
 
 def main() -> None:

@@ -23,9 +23,9 @@ import argparse
 import time
 
 from whalekit.domains.base import get_domain
-from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.harness import GenerationSettings, Harness
-from whalekit.models import load_policy
+from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.samplers.models import load_policy
 
 
 class LongAnswer(Harness):

@@ -42,11 +42,11 @@ from smollm2_shaped import (  # noqa: E402
     with_lora,
 )
 
-from whalekit.cpu_info import cpu_kind  # noqa: E402
-from whalekit.memory import release_freed_memory  # noqa: E402
-from whalekit.model_files import resolve_model_dir  # noqa: E402
-from whalekit.models import load_model  # noqa: E402
-from whalekit.rsft import enable_gradient_checkpointing  # noqa: E402
+from whalekit.infra.cpu_info import cpu_kind  # noqa: E402
+from whalekit.infra.memory import release_freed_memory  # noqa: E402
+from whalekit.samplers.model_files import resolve_model_dir  # noqa: E402
+from whalekit.samplers.models import load_model  # noqa: E402
+from whalekit.weights.rsft import enable_gradient_checkpointing  # noqa: E402
 
 OPTIONS: dict[str, dict[str, Any]] = {
     "gradient checkpointing": {},  # a model built with it, same weights
@@ -105,7 +105,7 @@ RSS_CHILD = r"""
 import json, sys, threading, time
 sys.path.insert(0, {tests!r})
 from smollm2_shaped import long_sequences, loss_and_gradients, smollm2_shaped, with_lora
-from whalekit.memory import release_freed_memory, rss_anon_mib
+from whalekit.infra.memory import release_freed_memory, rss_anon_mib
 model = with_lora(smollm2_shaped({layers}, checkpointing={checkpointing}))
 sequences = long_sequences(4, 960, 1000)
 peak, stop = [0.0], threading.Event()

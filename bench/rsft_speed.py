@@ -31,14 +31,14 @@ import random
 import time
 from statistics import median
 
-from whalekit.budget import RolloutBudget
-from whalekit.cpu_info import cpu_kind
 from whalekit.domains.toy import ToyDomain
-from whalekit.models import load_policy
-from whalekit.rsft import RSFTTrainer, bf16_supported
-from whalekit.rsft_config import RSFTConfig
-from whalekit.rsft_loss import packed_training_sequences, token_normalised_loss, training_sequences
+from whalekit.infra.cpu_info import cpu_kind
+from whalekit.rollouts.budget import RolloutBudget
+from whalekit.samplers.models import load_policy
 from whalekit.types import Trajectory, Turn
+from whalekit.weights.rsft import RSFTTrainer, bf16_supported
+from whalekit.weights.rsft_config import RSFTConfig
+from whalekit.weights.rsft_loss import packed_training_sequences, token_normalised_loss, training_sequences
 
 # (prompt tokens, completion tokens) per turn; each prompt extends the previous turn's
 # prompt and completion (the harness keeps the history as sampled).

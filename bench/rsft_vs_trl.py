@@ -19,13 +19,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from whalekit.budget import RolloutBudget
 from whalekit.domains.toy import ToyDomain
-from whalekit.models import Policy, load_model, load_policy
-from whalekit.rsft import RSFTTrainer, bf16_supported
-from whalekit.rsft_config import RSFTConfig
-from whalekit.rsft_loss import token_normalised_loss, training_sequences
+from whalekit.rollouts.budget import RolloutBudget
+from whalekit.samplers.models import Policy, load_model, load_policy
 from whalekit.types import Trajectory, Turn
+from whalekit.weights.rsft import RSFTTrainer, bf16_supported
+from whalekit.weights.rsft_config import RSFTConfig
+from whalekit.weights.rsft_loss import token_normalised_loss, training_sequences
 
 TOLERANCE = 1e-4
 

@@ -69,7 +69,7 @@ class Watcher:
 
     def __init__(self, interval: float = 0.005, cap_mib: float | None = None,
                  on_cap: Callable[[float], None] | None = None):
-        from whalekit.memory import rss_anon_mib
+        from whalekit.infra.memory import rss_anon_mib
 
         self.read = rss_anon_mib
         self.interval, self.cap_mib, self.on_cap = interval, cap_mib, on_cap
@@ -116,7 +116,7 @@ class Deadline(Exception):
 def largest_micro_batch(trainer: Any, trajectories: list[Any]) -> tuple[int, int, tuple[int, int]]:
     """(sequences, the longest of them, (rows, padded length) of the largest micro-batch) of
     one `RSFTTrainer.update` on `trajectories`, as it will group them."""
-    from whalekit.rsft_loss import micro_batch_indices, packed_training_sequences
+    from whalekit.weights.rsft_loss import micro_batch_indices, packed_training_sequences
 
     config = trainer.config
     size = config.minibatch_trajectories * config.data_parallel or max(1, len(trajectories))
@@ -135,13 +135,13 @@ def run_child(args: argparse.Namespace, checkpointing: bool, runs_root: Path, ou
     """One whole cut-down run in this process, its memory windows and updates to `out`. Past
     --max-rss-gib the process writes what it has and exits at once (the OOM killer would not
     let it write anything)."""
-    import whalekit.whale as whale
-    from whalekit.config import resolve_config
-    from whalekit.cpu_info import cpu_kind
+    import whalekit.run.driver as whale
     from whalekit.domains.chess import ChessDomain
-    from whalekit.memory import proc_status_mib
-    from whalekit.rsft import RSFTTrainer
+    from whalekit.infra.cpu_info import cpu_kind
+    from whalekit.infra.memory import proc_status_mib
+    from whalekit.run.config import resolve_config
     from whalekit.types import Trajectory
+    from whalekit.weights.rsft import RSFTTrainer
 
     harness_id, source = accepted_harness()
     original_source = ChessDomain.initial_harness_source
@@ -173,7 +173,7 @@ def run_child(args: argparse.Namespace, checkpointing: bool, runs_root: Path, ou
         watcher.windows.append({"label": f"{context['now']} (stopped)", "peak_mib": round(value, 1),
                                 "end_mib": round(value, 1), "seconds": round(time.monotonic() - watcher.last, 1)})
         write(f"stopped: RssAnon {value:.0f} MiB passed --max-rss-gib {args.max_rss_gib:g} in {context['now']}")
-        os._exit(0)  # vLLM's engine dies with its driver (whalekit.lifetime)
+        os._exit(0)  # vLLM's engine dies with its driver (whalekit.infra.lifetime)
 
     watcher = Watcher(cap_mib=args.max_rss_gib * 1024, on_cap=over_cap)
     original_update = RSFTTrainer.update
@@ -231,12 +231,12 @@ def steps_child(args: argparse.Namespace, trajectories_file: Path, out: Path) ->
     """Step time with checkpointing on and off on one model in this process, interleaved."""
     import torch
 
-    from whalekit.budget import RolloutBudget
-    from whalekit.config import resolve_config
     from whalekit.domains.toy import ToyDomain
-    from whalekit.models import load_policy
-    from whalekit.rsft import RSFTTrainer, enable_gradient_checkpointing
+    from whalekit.rollouts.budget import RolloutBudget
+    from whalekit.run.config import resolve_config
+    from whalekit.samplers.models import load_policy
     from whalekit.types import Trajectory
+    from whalekit.weights.rsft import RSFTTrainer, enable_gradient_checkpointing
 
     config = resolve_config("cpu", domain="chess", method="whale", seed=1)
     trajectories = [Trajectory.from_json(t) for t in json.loads(trajectories_file.read_text())]

@@ -17,14 +17,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from whalekit.archive import Archive
-from whalekit.budget import RolloutBudget
 from whalekit.domains.base import get_domain
-from whalekit.models import load_policy
-from whalekit.proposers.reflective import ReflectiveProposer
+from whalekit.rollouts.budget import RolloutBudget
 from whalekit.samplers.base import SamplingParams
-from whalekit.sandbox import set_isolation_mode
-from whalekit.search import SearchConfig, run_search_stage
+from whalekit.samplers.models import load_policy
+from whalekit.sandbox.bwrap import set_isolation_mode
+from whalekit.search.archive import Archive
+from whalekit.search.proposers.reflective import ReflectiveProposer
+from whalekit.search.stage import SearchConfig, run_search_stage
 
 
 def main() -> None:

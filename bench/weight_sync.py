@@ -43,12 +43,12 @@ import argparse
 import statistics
 import time
 
-from whalekit.budget import RolloutBudget
 from whalekit.domains.base import get_domain
-from whalekit.models import load_policy
-from whalekit.rsft import RSFTTrainer
-from whalekit.rsft_config import RSFTConfig
+from whalekit.rollouts.budget import RolloutBudget
 from whalekit.samplers.base import GenerationRequest, SamplingParams
+from whalekit.samplers.models import load_policy
+from whalekit.weights.rsft import RSFTTrainer
+from whalekit.weights.rsft_config import RSFTConfig
 
 
 def perturb(model, only_lora: bool, seed: int) -> None:

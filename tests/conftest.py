@@ -8,20 +8,20 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("WHALEKIT_QUIET", "1")  # no progress bars or stage lines (whalekit.progress.QUIET_ENV)
+os.environ.setdefault("WHALEKIT_QUIET", "1")  # no progress bars or stage lines (whalekit.infra.progress.QUIET_ENV)
 REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata"
 
 
 @pytest.fixture(scope="session")
 def tiny_policy():
-    from whalekit.models import load_policy
+    from whalekit.samplers.models import load_policy
 
     return load_policy("tiny-random")
 
 
 @pytest.fixture(scope="session")
 def smollm_policy():
-    from whalekit.models import load_policy
+    from whalekit.samplers.models import load_policy
 
     return load_policy("smollm2-135m")
 

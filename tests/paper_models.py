@@ -60,7 +60,7 @@ def tiny_model(kind: str, tokenizer: Any, seed: int = 0) -> Any:
 
 def tiny_model_dir(kind: str, root: Path, seed: int = 0) -> Path:
     """`tiny_model(kind)` saved as a Hugging Face directory (safetensors + the tokenizer) under root."""
-    from whalekit.model_files import load_tokenizer, resolve_model_dir
+    from whalekit.samplers.model_files import load_tokenizer, resolve_model_dir
 
     tokenizer = load_tokenizer(resolve_model_dir("tiny-random"))
     out = Path(root) / f"tiny-{kind}"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from whalekit.archive import Archive
-from whalekit.runs import RunDir
+from whalekit.infra.runs import RunDir
+from whalekit.run.driver import resolve_config
+from whalekit.search.archive import Archive
 from whalekit.types import Message, ToolCall, ToolResult, Trajectory, Turn
-from whalekit.whale import resolve_config
 
 H0 = "from whalekit.harness import Harness\n\n\nclass H(Harness):\n    max_new_tokens = 64\n"
 

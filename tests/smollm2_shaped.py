@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from whalekit.rsft import enable_gradient_checkpointing
-from whalekit.rsft_loss import IGNORE_INDEX, token_normalised_loss
+from whalekit.weights.rsft import enable_gradient_checkpointing
+from whalekit.weights.rsft_loss import IGNORE_INDEX, token_normalised_loss
 
 # SmolLM2-135M-Instruct's config.json, but for the layer count (it has 30).
 SMOLLM2_135M = {"vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from whalekit.archive import Archive
 from whalekit.domains.toy import ToyDomain
 from whalekit.episode import harness_id
-from whalekit.proposers.report import render_report
+from whalekit.search.archive import Archive
+from whalekit.search.proposers.report import render_report
 from whalekit.types import Trajectory
 
 H0 = ToyDomain().initial_harness_source()
@@ -116,7 +116,7 @@ def test_archive_of_another_domain_is_refused(tmp_path: Path) -> None:
 
 _WRITER = """
 import sys
-from whalekit.archive import Archive
+from whalekit.search.archive import Archive
 from whalekit.types import Trajectory
 archive = Archive.open(sys.argv[1], "toy")
 seed = archive.ensure_seed(open(sys.argv[2]).read())

@@ -1,5 +1,5 @@
 """Rollout backends without a cluster: the config, the local backend, how episodes are cut
-into worker chunks, and that `import whalekit.backends` never imports Ray."""
+into worker chunks, and that `import whalekit.rollouts.backends` never imports Ray."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from whalekit.backends import BackendConfig, LocalBackend, make_backend
-from whalekit.backends.worker import HarnessSpec, plan_chunks
 from whalekit.domains.base import get_domain
-from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.rollouts.backends import BackendConfig, LocalBackend, make_backend
+from whalekit.rollouts.backends.worker import HarnessSpec, plan_chunks
+from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout
 
 
 def test_local_is_the_default_and_nonsense_is_rejected():
@@ -60,6 +60,6 @@ def test_a_one_off_candidates_episodes_stay_on_one_worker():
 
 
 def test_importing_whalekit_backends_does_not_import_ray():
-    code = "import sys, whalekit.backends, whalekit.backends.worker; print('ray' in sys.modules)"
+    code = "import sys, whalekit.rollouts.backends, whalekit.rollouts.backends.worker; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

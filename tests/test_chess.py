@@ -23,9 +23,9 @@ from whalekit.domains.chess import (
 from whalekit.domains.chess.generator import mate_in_two_line, mating_moves
 from whalekit.domains.chess.mechanisms import BY_NAME, CATALOGUE, PROMPT_WORDINGS
 from whalekit.domains.chess.notation import IllegalMoveError, MoveFormatError, parse_move, split_moves
+from whalekit.domains.mechanisms import apply_mechanism
 from whalekit.episode import EpisodeDriver, Finished, GenerateRequest, ToolRequest, load_harness
-from whalekit.isolation import validate_source
-from whalekit.mechanisms import apply_mechanism
+from whalekit.sandbox.isolation import validate_source
 from whalekit.types import ToolCall, Trajectory, Turn
 
 FIXTURES = Path(__file__).parent / "fixtures" / "chess"
@@ -407,7 +407,7 @@ def test_h1_solves_with_constrained_choices_and_stays_valid(domain):
 
 def test_legal_move_choice_constrains_every_reply_to_a_legal_move(domain, tiny_policy):
     """Even a random-weight model answers in format and legally once decoding is constrained."""
-    from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+    from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout
 
     tasks = [p.to_task() for p in generate_puzzles(4, seed=5)]
     harness = InProcessHarness(apply_mechanism(domain.initial_harness_source(), BY_NAME["legal_move_choice"]))
@@ -433,7 +433,7 @@ def test_behaviour_flags_and_failure_modes_from_final_answers(domain):
 
 @pytest.mark.slow
 def test_h0_rollout_with_smollm_is_verified_and_flagged(smollm_policy, domain):
-    from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+    from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout
 
     tasks = load_lichess_csv(FIXTURES / "puzzles.csv")[:2] + generate_puzzles(2, seed=3)
     tasks = [p.to_task() for p in tasks]

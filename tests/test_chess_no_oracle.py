@@ -20,9 +20,9 @@ import pytest
 from whalekit.domains.chess import ChessDomain, generate_puzzles, load_lichess_csv
 from whalekit.domains.chess.baselines import expected_random_score, random_legal_move_score
 from whalekit.domains.chess.mechanisms import CATALOGUE, PROMPT_WORDINGS
+from whalekit.domains.mechanisms import apply_mechanism
 from whalekit.episode import EpisodeDriver, Finished, GenerateRequest, ToolRequest, load_harness
-from whalekit.isolation import ALLOWED_IMPORTS, validate_source
-from whalekit.mechanisms import apply_mechanism
+from whalekit.sandbox.isolation import ALLOWED_IMPORTS, validate_source
 from whalekit.types import Task
 
 FIXTURES = Path(__file__).parent / "fixtures" / "chess"

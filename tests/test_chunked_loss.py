@@ -14,9 +14,9 @@ import torch
 from paper_models import TEXT, tiny_model
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from whalekit.model_files import load_tokenizer, resolve_model_dir
-from whalekit.rsft_config import RSFTConfig
-from whalekit.rsft_loss import IGNORE_INDEX, decoder_and_head, token_normalised_loss
+from whalekit.samplers.model_files import load_tokenizer, resolve_model_dir
+from whalekit.weights.rsft_config import RSFTConfig
+from whalekit.weights.rsft_loss import IGNORE_INDEX, decoder_and_head, token_normalised_loss
 
 CHUNK = 16
 

@@ -3,14 +3,17 @@ no traceback) for what was typed wrong."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import yaml
 
-from whalekit import cli, cli_harness
+from whalekit.cli import harness as cli_harness
+from whalekit.cli import main as cli
 from whalekit.domains.base import get_domain
-from whalekit.whale import resolve_config
+from whalekit.infra.runs import RunDir
+from whalekit.run.driver import resolve_config
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
@@ -168,3 +171,34 @@ def test_eval_refuses_a_bad_sample_count(capsys, tmp_path):
     code, _, err = run_cli(capsys, "eval", "--domain", "toy", "--harness", str(_toy_h0(tmp_path)),
                            "--preset", "smoke", "--samples", "0")
     assert code == 2 and "--samples" in one_line_error(err)
+
+
+def test_version_and_help_name_every_choice(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("whalekit ")
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert all(word in text for word in ("math", "searchqa", "chess", "toy", "weight_only", "harness_only",
+                                         "stagewise_reverse", "adaptive", "RUNS_ROOT", "the run's seed"))
+    assert run_cli_exit(capsys, "run", "--domain", "toy", "--method", "nosuch") == 2
+
+
+def run_cli_exit(capsys, *argv: str) -> int:
+    with pytest.raises(SystemExit) as done:
+        cli.main(list(argv))
+    capsys.readouterr()
+    return int(done.value.code or 0)
+
+
+def test_a_stale_run_directory_is_one_line_naming_the_change_and_exit_2(capsys, tmp_path):
+    # a run directory holding another configuration's run, at the path this command would use
+    config = resolve_config("smoke", domain="toy", method="weight_only", seed=0, runs_root=str(tmp_path))
+    other = resolve_config("smoke", domain="toy", method="weight_only", seed=0, runs_root=str(tmp_path), budget=48)
+    assert other.run_dir == config.run_dir
+    RunDir(config.run_dir).write_config(dataclasses.asdict(other))
+    code, out, err = run_cli(capsys, "run", "--domain", "toy", "--method", "weight_only", "--preset", "smoke",
+                             "--runs-root", str(tmp_path))
+    line = one_line_error(err)
+    assert code == 2 and out == "" and "budget" in line

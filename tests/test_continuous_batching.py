@@ -15,7 +15,7 @@ from fakes.harnesses import CalculatorThenAnswerFromReply
 from fakes.samplers import EOS, ContinuousScriptedSampler
 
 from whalekit.domains.base import get_domain
-from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout
 
 
 def _tasks(n: int = 4, slow: int | None = 0):

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from whalekit.config import RunConfig, resolve_config
 from whalekit.report.cost_model import cost_table, count_rollouts, generated_span, replace_table
+from whalekit.run.config import RunConfig, resolve_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALING = ROOT / "docs" / "scaling.md"
@@ -77,7 +77,7 @@ def test_the_docs_table_is_the_one_the_presets_give():
 
 
 def test_the_table_check_fails_when_a_preset_is_resized(monkeypatch):
-    import whalekit.config as config_module
+    import whalekit.run.config as config_module
 
     original = config_module.load_preset
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from whalekit.calibration import code_hash
 from whalekit.domains.base import get_domain
+from whalekit.domains.mechanisms import Composition, apply_mechanism, compose, composed_source
 from whalekit.episode import load_harness
-from whalekit.mechanisms import Composition, apply_mechanism, compose, composed_source
 from whalekit.report.stats import acceptance_power
+from whalekit.repro.calibration import code_hash
+from whalekit.run.driver import resolve_config
 from whalekit.types import ToolResult
-from whalekit.whale import resolve_config
 
 DOMAINS = ("chess", "math", "searchqa")
 
@@ -47,7 +47,7 @@ def test_h0_cpu_is_the_authors_h0_plus_its_declared_mechanisms_exactly(domain_na
     assert composition.base == "h0"
     shipped = domain.harness_source("h0_cpu")
     assert shipped == composed_source(domain, composition), \
-        "harnesses/h0_cpu.py differs from its composition: regenerate with `python -m whalekit.compositions`"
+        "harnesses/h0_cpu.py differs from its composition: regenerate with `python -m whalekit.search.compositions`"
     catalogue = {m.name: m for m in domain.mechanisms()}
     by_hand = domain.harness_source("h0")
     for name in composition.mechanisms:
@@ -81,7 +81,7 @@ def test_every_composed_harness_file_equals_its_composition(domain_name):
     for composition in domain.compositions():
         assert domain.harness_source(composition.name) == composed_source(domain, composition), \
             f"harnesses/{composition.name}.py differs from its composition: regenerate with " \
-            "`python -m whalekit.compositions`"
+            "`python -m whalekit.search.compositions`"
 
 
 def test_chess_h1_is_h0_plus_three_catalogue_mechanisms_under_its_own_name():

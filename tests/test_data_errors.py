@@ -13,9 +13,9 @@ from whalekit.domains.chess.data import PuzzleDataError, load_lichess_csv
 from whalekit.domains.math.data import MathDataError, load_aime, load_dapo, load_gsm8k
 from whalekit.domains.searchqa.data import DataFormatError, load_corpus_jsonl, load_hotpotqa, load_qa_jsonl
 from whalekit.domains.searchqa.splits import load_qa_files
-from whalekit.errors import DataError
+from whalekit.infra.errors import DataError
+from whalekit.infra.runs import read_jsonl
 from whalekit.presets import load_preset
-from whalekit.runs import read_jsonl
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -1,4 +1,4 @@
-"""Data-parallel RSFT steps (`whalekit.data_parallel`): 2 gloo ranks, each training on its share
+"""Data-parallel RSFT steps (`whalekit.weights.distributed.data_parallel`): 2 gloo ranks, each training on its share
 of a global mini-batch and summing gradients, end the step with the weights 1 rank gets from
 the whole mini-batch (full fine-tuning and LoRA, AdamW as the trainer builds it): the summed
 gradients to 1e-5, every weight to within AdamW's rounding bound (two steps of lr, where a
@@ -18,8 +18,8 @@ LR = 1e-3
 
 
 def model_and_optimizer(lora: bool):
-    from whalekit.model_files import resolve_model_dir
-    from whalekit.models import load_model
+    from whalekit.samplers.model_files import resolve_model_dir
+    from whalekit.samplers.models import load_model
 
     torch.manual_seed(0)
     model = load_model(resolve_model_dir("tiny-random"))
@@ -45,7 +45,7 @@ def gradients(model) -> dict[str, torch.Tensor]:
 def rank_main(rank: int, world: int, init_file: str, lora: bool, out_file: str) -> None:
     import torch.distributed as dist
 
-    from whalekit.data_parallel import data_parallel_step
+    from whalekit.weights.distributed.data_parallel import data_parallel_step
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
@@ -61,7 +61,7 @@ def rank_main(rank: int, world: int, init_file: str, lora: bool, out_file: str) 
 
 def one_rank_step(lora: bool) -> tuple[float, int, dict[str, torch.Tensor], dict[str, torch.Tensor],
                                       dict[str, torch.Tensor]]:
-    from whalekit.rsft_loss import token_normalised_loss
+    from whalekit.weights.rsft_loss import token_normalised_loss
 
     model, optimizer = model_and_optimizer(lora)
     before = trained_weights(model)
@@ -97,7 +97,7 @@ def test_two_gloo_ranks_update_the_weights_as_one_rank_does(lora, tmp_path):
 
 
 def test_a_rank_share_takes_every_world_th_sequence():
-    from whalekit.data_parallel import rank_share
+    from whalekit.weights.distributed.data_parallel import rank_share
 
     batch = list(range(7))
     assert [rank_share(batch, r, 2) for r in range(2)] == [[0, 2, 4, 6], [1, 3, 5]]

@@ -30,7 +30,7 @@ def sample(tmp_path_factory):
     import torch
     from transformers import BertConfig, BertModel
 
-    from whalekit.model_files import load_tokenizer, resolve_model_dir
+    from whalekit.samplers.model_files import load_tokenizer, resolve_model_dir
 
     root = tmp_path_factory.mktemp("dense")
     rows = [json.loads(line) for line in HOTPOTQA.read_text().splitlines()[:12]]

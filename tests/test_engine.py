@@ -6,8 +6,8 @@ import pytest
 from fakes.harnesses import CalculatorThenAnswer
 
 from whalekit.domains.base import get_domain
-from whalekit.engine import Episode, InProcessHarness, RolloutConfig, RolloutSettings, rollout
 from whalekit.harness import FinalAnswer, Harness
+from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, RolloutSettings, rollout
 from whalekit.samplers import GenerationRequest, SamplingParams
 
 
@@ -152,7 +152,7 @@ def test_an_episode_stops_when_its_response_budget_is_spent_and_each_turn_asks_f
 
 
 def test_the_paper_preset_raises_the_h0s_per_turn_limit_to_the_episode_budget():
-    from whalekit.whale import per_turn_limit
+    from whalekit.run.driver import per_turn_limit
 
     for name in ("searchqa", "math", "chess"):
         h0 = get_domain(name).initial_harness_source()

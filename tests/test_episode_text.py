@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from whalekit.archive import Archive
 from whalekit.domains.toy import ToyDomain
-from whalekit.proposers.report import CUT_MARKER, cut_middle, episode_text, render_report
+from whalekit.search.archive import Archive
+from whalekit.search.proposers.report import CUT_MARKER, cut_middle, episode_text, render_report
 from whalekit.types import Message, Trajectory
 
 H0 = ToyDomain().initial_harness_source()

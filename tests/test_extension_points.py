@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import whalekit as wk
-from whalekit import cli, cli_harness
+from whalekit.cli import harness as cli_harness
+from whalekit.cli import main as cli
 from whalekit.domains import base
 
 PLUGIN = textwrap.dedent('''

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from whalekit.presets import data_files, load_preset
-from whalekit.whale import resolve_config
+from whalekit.run.driver import resolve_config
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "fidelity.md"
 COLUMNS = ["setting", "key", "authors (file in their repo)", "whalekit `paper`", "whalekit `cpu`",
@@ -118,7 +118,7 @@ def test_every_keyed_row_equals_the_presets_and_the_code_defaults(fake_data):
 
 
 def test_the_check_fails_when_a_preset_value_changes_without_the_table(fake_data, monkeypatch):
-    import whalekit.config as config_module
+    import whalekit.run.config as config_module
 
     original = config_module.load_preset
 
@@ -135,7 +135,7 @@ def test_the_check_fails_when_a_preset_value_changes_without_the_table(fake_data
 def _derived_phrases() -> dict[str, list[str]]:
     """Phrases of the table's rationale that quote numbers derived from the presets, each
     rebuilt here from the resolved presets: resizing a preset without the text fails."""
-    from whalekit.schedules import AdaptiveConfig
+    from whalekit.run.schedules import AdaptiveConfig
 
     cpu, paper = resolve_config("cpu", "math", "whale"), resolve_config("paper", "math", "whale")
     n, g, b = cpu.n_train, cpu.rsft.samples_per_problem, cpu.rsft.batch_problems
@@ -174,7 +174,7 @@ def test_the_numbers_the_rationale_derives_from_the_presets_are_current(fake_dat
 
 
 def test_the_derived_number_check_fails_when_a_preset_is_resized_without_the_text(fake_data, monkeypatch):
-    import whalekit.config as config_module
+    import whalekit.run.config as config_module
 
     original = config_module.load_preset
 

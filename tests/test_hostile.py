@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from whalekit.episode import Finished, GenerateRequest
-from whalekit.isolation import IsolatedHarness, IsolationLimits
-from whalekit.python_tool import SandboxLimits, run_python
-from whalekit.sandbox import sandbox_available
+from whalekit.sandbox.bwrap import sandbox_available
+from whalekit.sandbox.isolation import IsolatedHarness, IsolationLimits
+from whalekit.sandbox.python_tool import SandboxLimits, run_python
 
 AVAILABLE, WHY = sandbox_available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"no sandbox on this machine: {WHY}")

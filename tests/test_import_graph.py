@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "whalekit"
 
 # Third-party packages an in-function import may guard: optional extras (ray, the SDKs, the
@@ -30,45 +32,27 @@ HEAVY = frozenset({
     "faiss",
 })
 
-# Lower layers never import higher ones (in a function or not): the contract knows nothing
-# of the parts, the parts nothing of the driver, the driver nothing of the records, reporting,
-# reproduction or front ends. The map is the README's list (its architecture section), read
-# here so the two cannot disagree; the layers whose label starts with "core" are what a run
-# executes, and the folders show the line: the core is never inside `report/` or `repro/`.
-README = PACKAGE.parent / "README.md"
-MAP_START, MAP_END = "<!-- layer map: tests/test_import_graph.py reads this list -->", "<!-- end of the layer map -->"
-MAP_LINE = r"^(\d+)\. \*\*([^*]*)\*\*[^:]*: (.*)$"  # 3. **core, driver and phases**: `config`, `whale`, ...
-ABOVE_THE_CORE = ("whalekit.report", "whalekit.repro")  # the folders of the layers above the core
+# The layers are the folders: a module belongs to the part its top-level folder names
+# (`whalekit/run/phases/rsft.py` -> `run`); the modules at the top of whalekit/ are the kit that
+# committed harness code imports (`harness`, `types`, `episode`, ...) and sit below every folder.
+# The parts' import graph must have no circle, so each part has a layer (one above the highest
+# part it imports) read off the tree, not from a list kept beside it. What a run executes is
+# every part except the ones above it, which read records and never run (ABOVE_THE_CORE).
+KIT = "kit"
+ABOVE_THE_CORE = ("records", "report", "repro", "cli")  # records, reporting, reproduction, front end
 
 
-def _map_lines(text: str) -> list[tuple[str, str, str]]:
-    """(number, label, names) per line of the numbered list between the README's two markers."""
-    block = text.split(MAP_START, 1)[1].split(MAP_END, 1)[0]
-    return re.findall(MAP_LINE, block, flags=re.MULTILINE)
+def part(module: str) -> str:
+    """The folder a module lives in under whalekit/, or KIT for a top-level module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()) else KIT
 
-
-def read_layer_map(text: str) -> dict[str, int]:
-    """`whalekit.<module>` -> layer, from the numbered list between the README's two markers."""
-    layers: dict[str, int] = {}
-    for number, _, names in _map_lines(text):
-        for name in re.findall(r"`([\w.]+)`", names):
-            layers[name if name == "whalekit" else f"whalekit.{name}"] = int(number)
-    return layers
-
-
-def read_core_layers(text: str) -> set[int]:
-    """The layers the map labels "core, ...": the code a run executes."""
-    return {int(number) for number, label, _ in _map_lines(text) if label.startswith("core")}
-
-
-LAYERS: dict[str, int] = read_layer_map(README.read_text(encoding="utf-8"))
-CORE_LAYERS: set[int] = read_core_layers(README.read_text(encoding="utf-8"))
 
 # In-function imports that guard no heavy dependency, left by work in flight: none remain.
 # This list only shrinks: an entry whose import is gone fails the test until it is removed here.
 PENDING_IN_FUNCTION: frozenset[tuple[str, str]] = frozenset()
 # Private names used across modules, likewise owned elsewhere (engine.py): only shrinks.
-PENDING_PRIVATE = frozenset({("whalekit.backends.ray_backend", "whalekit.engine._progress")})
+PENDING_PRIVATE = frozenset({("whalekit.rollouts.backends.ray_backend", "whalekit.rollouts.engine._progress")})
 
 
 @dataclass(frozen=True)
@@ -208,12 +192,33 @@ def unguarded_in_function() -> list[Import]:
             and not guards_heavy(imp.target, heavy)]
 
 
-def layer(module: str) -> int | None:
-    while module:
-        if module in LAYERS:
-            return LAYERS[module]
-        module = module.rpartition(".")[0]
-    return None
+def part_graph() -> dict[str, set[str]]:
+    """Part -> the other parts its modules import (at the top or in a function; not for type checking)."""
+    graph: dict[str, set[str]] = {part(m): set() for m in MODULES}
+    for imp in ALL_IMPORTS:
+        if imp.target in MODULES and not imp.type_checking and part(imp.target) != part(imp.module):
+            graph[part(imp.module)].add(part(imp.target))
+    return graph
+
+
+def part_layers(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Each part's layer: 0 for a part that imports no other, else one above the highest it imports."""
+    layers: dict[str, int] = {}
+
+    def depth(p: str, seen: tuple[str, ...] = ()) -> int:
+        if p not in layers:
+            if p in seen:
+                raise ValueError(f"the parts import in a circle: {' -> '.join((*seen, p))}")
+            layers[p] = 1 + max((depth(q, (*seen, p)) for q in graph[p]), default=-1)
+        return layers[p]
+
+    for p in sorted(graph):
+        depth(p)
+    return layers
+
+
+def layer(module: str) -> int:
+    return part_layers(part_graph())[part(module)]
 
 
 def private_crossings() -> set[tuple[str, str]]:
@@ -252,52 +257,53 @@ def test_the_circle_finder_reports_the_circle_it_finds():
     assert circles({"a": {"b"}, "b": set()}) == []
 
 
-def test_every_package_module_has_a_layer():
-    assert [m for m in MODULES if layer(m) is None] == []
+def test_the_folders_import_one_way():
+    """No circle between folders: every import between two parts points down, so each part
+    has a layer. The kit is the floor: it imports no folder."""
+    found = circles(part_graph())
+    assert not found, "folders importing in a circle: " + "; ".join(" -> ".join(c) for c in found)
+    layers = part_layers(part_graph())
+    assert layers[KIT] == 0 and part_graph()[KIT] == set()
+    upward = [f"{MODULES[i.module].relative_to(PACKAGE.parent)}:{i.line} imports {i.target}"
+              for i in ALL_IMPORTS if i.target in MODULES and not i.type_checking
+              and layers[part(i.target)] > layers[part(i.module)]]
+    assert upward == []
 
 
-def test_the_readme_map_names_only_modules_that_exist_and_each_once():
-    names = re.findall(r"`([\w.]+)`", README.read_text(encoding="utf-8").split(MAP_START, 1)[1].split(MAP_END, 1)[0])
-    assert len(names) == len(set(names)) == len(LAYERS) > 50
-    assert [m for m in LAYERS if m not in MODULES] == []
-    assert sorted(set(LAYERS.values())) == [0, 1, 2, 3, 4, 5, 6]
-    assert CORE_LAYERS == {0, 1, 2, 3}
+def test_the_layers_are_read_from_the_tree():
+    assert part("whalekit.run.phases.rsft") == "run" and part("whalekit.harness") == KIT
+    assert part("whalekit") == KIT and part("whalekit.search") == "search"
+    assert part_layers({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == {"a": 1, "b": 0, "c": 2}
+    with pytest.raises(ValueError, match="circle"):
+        part_layers({"a": {"b"}, "b": {"a"}})
 
 
-def test_the_map_reader_reads_layers_labels_and_sub_package_entries():
-    text = f"""{MAP_START}
-0. **core, contract**: `whalekit`, `types`
-1. **records** (`repro/`): `repro.results`
-2. **reproduction**: `repro`
-{MAP_END}"""
-    assert read_layer_map(text) == {"whalekit": 0, "whalekit.types": 0, "whalekit.repro.results": 1,
-                                    "whalekit.repro": 2}
-    assert read_core_layers(text) == {0}
+def test_at_the_top_of_whalekit_only_the_kit_a_harness_imports():
+    """The committed harness files import `whalekit.harness`, `.types` and `.harness_helpers`, and
+    the sandbox mounts the episode driver and the worker beside them: those, and `__init__`
+    (the public API), are all that stays flat; everything else lives in a folder."""
+    flat = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert flat == ["__init__", "episode", "harness", "harness_worker", "types"]
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+    assert set(ABOVE_THE_CORE) <= set(folders) and {"rollouts", "weights", "search", "run", "sandbox",
+                                                     "infra", "samplers", "domains"} <= set(folders)
 
 
-def test_the_folders_show_the_layers():
-    """The core (the map's "core" layers) is the top level of whalekit/ and its sub-packages;
-    report/ and repro/ hold only layers above it."""
-    in_core = [m for m in MODULES if layer(m) in CORE_LAYERS]
-    assert [m for m in in_core if m.startswith(ABOVE_THE_CORE)] == []
-    above = [m for m in MODULES if m.startswith(ABOVE_THE_CORE)]
-    assert len(above) > 20 and all((layer(m) or 0) > max(CORE_LAYERS) for m in above)
-
-
-def test_the_core_imports_neither_reporting_nor_reproduction():
+def test_the_core_imports_neither_records_reporting_reproduction_nor_the_command_line():
     """Not even for type checking or inside a function: what a run executes never reaches the
-    layers above it, so editing them cannot change a run (and never invalidates a record)."""
+    parts above it, so editing them cannot change a run (and never invalidates a record)."""
     reaching = [f"{MODULES[i.module].relative_to(PACKAGE.parent)}:{i.line} imports {i.target}"
-                for i in ALL_IMPORTS if layer(i.module) in CORE_LAYERS
-                and ".".join(i.target.split(".")[:2]) in ABOVE_THE_CORE]
+                for i in ALL_IMPORTS if part(i.module) not in ABOVE_THE_CORE and i.target in MODULES
+                and part(i.target) in ABOVE_THE_CORE]
     assert reaching == []
 
 
-def test_no_upward_imports():
-    upward = [f"{MODULES[i.module].relative_to(PACKAGE.parent)}:{i.line} imports {i.target}"
-              for i in ALL_IMPORTS if i.target in MODULES and not i.type_checking
-              and (layer(i.target) or 0) > (layer(i.module) or 0)]
-    assert upward == []
+def test_the_architecture_page_names_every_module_once_and_only_modules_that_exist():
+    page = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named = re.findall(r"^\| `(whalekit/[\w/]+\.py)` \|", page, flags=re.MULTILINE)
+    modules = sorted(p.relative_to(PACKAGE.parent).as_posix() for p in MODULES.values()
+                     if "/harnesses/" not in p.as_posix())
+    assert len(named) == len(set(named)) and sorted(named) == modules
 
 
 def test_imports_sit_at_the_top_unless_they_guard_a_heavy_dependency():
@@ -322,6 +328,9 @@ def summary() -> str:
              f"at module level, {sum(i.in_function for i in internal_imports)} in functions; all imports in "
              f"functions: {sum(i.in_function for i in ALL_IMPORTS)}, of which {len(left)} guard no heavy dependency",
              "circles: " + ("; ".join(" -> ".join(c) for c in circles(top_level_graph())) or "none")]
+    layers = part_layers(part_graph())
+    lines += [f"layer {n}: " + ", ".join(sorted(p for p, m in layers.items() if m == n))
+              for n in sorted(set(layers.values()))]
     lines += [f"  in function, unguarded: {MODULES[i.module].relative_to(PACKAGE.parent)}:{i.line} {i.target}"
               for i in left]
     return "\n".join(lines)

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-import whalekit.evaluation as evaluation
-import whalekit.whale as whale
-from whalekit.initial_eval import STORE, InitialEvalStore
-from whalekit.models import load_policy
-from whalekit.runs import without_timings
-from whalekit.whale import resolve_config, run_method
+import whalekit.run.driver as whale
+import whalekit.run.evaluation as evaluation
+from whalekit.infra.runs import without_timings
+from whalekit.run.driver import resolve_config, run_method
+from whalekit.run.initial_eval import STORE, InitialEvalStore
+from whalekit.samplers.models import load_policy
 
 
 def _config(root: Path, method: str, **overrides):

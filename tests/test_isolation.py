@@ -10,7 +10,7 @@ import pytest
 
 from whalekit.domains.toy import ToyDomain
 from whalekit.episode import Finished, GenerateRequest
-from whalekit.isolation import IsolatedHarness, IsolationLimits, validate_candidate, validate_source
+from whalekit.sandbox.isolation import IsolatedHarness, IsolationLimits, validate_candidate, validate_source
 from whalekit.types import TaskView
 
 H0 = ToyDomain().initial_harness_source()
@@ -68,7 +68,7 @@ def test_isolated_episode_gives_the_same_requests_as_in_process() -> None:
 
 
 def test_an_isolated_harness_passes_answer_choices_and_a_malformed_choice_list_is_refused() -> None:
-    from whalekit.isolation import decode_request
+    from whalekit.sandbox.isolation import decode_request
 
     chooser = H0.replace("return GenerationSettings(", "return GenerationSettings(choices=['3', '4'], ")
     assert chooser != H0
@@ -83,7 +83,7 @@ def test_an_isolated_harness_passes_answer_choices_and_a_malformed_choice_list_i
 
 def test_a_bad_message_from_a_harness_is_refused_naming_what_is_wrong() -> None:
     """The text reaches a proposer's repair turn: it must say which field is wrong and why."""
-    from whalekit.isolation import decode_request
+    from whalekit.sandbox.isolation import decode_request
 
     settings = {"max_new_tokens": 4, "stop": [], "prefill": ""}
 
@@ -153,8 +153,8 @@ def test_a_harness_returning_wrong_types_is_an_episode_error() -> None:
 
 
 def test_isolation_none_runs_trusted_code_in_a_plain_subprocess_and_warns_loudly() -> None:
-    from whalekit.sandbox import isolation_mode, set_isolation_mode
-    from whalekit.whale import RunConfig
+    from whalekit.run.driver import RunConfig
+    from whalekit.sandbox.bwrap import isolation_mode, set_isolation_mode
 
     with pytest.warns(RuntimeWarning, match="WITHOUT the sandbox"):
         set_isolation_mode("none")
@@ -174,7 +174,7 @@ def test_isolation_none_runs_trusted_code_in_a_plain_subprocess_and_warns_loudly
 def test_every_allow_listed_module_imports_in_a_worker() -> None:
     """A valid candidate is never failed for its imports, wherever Python is installed (here it lives
     under /root, which the sandbox's own uid could not read on the host)."""
-    from whalekit.isolation import ALLOWED_IMPORTS
+    from whalekit.sandbox.isolation import ALLOWED_IMPORTS
 
     modules = [m for m in ALLOWED_IMPORTS if m != "__future__"]
     body = "import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules)

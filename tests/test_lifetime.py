@@ -1,5 +1,5 @@
 """A killed run leaves nothing behind (issue 52, item 3): whalekit's children die with their
-parent even when it is SIGKILLed (whalekit.lifetime), shared-memory files of dead processes
+parent even when it is SIGKILLed (whalekit.infra.lifetime), shared-memory files of dead processes
 are swept, a notebook job's kernel leaves no process once the job is over
 (whalekit.repro.notebook_runner), and a driver holding a vLLM sampler that is SIGKILLed leaves no
 engine process.
@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from whalekit import lifetime
+from whalekit.infra import lifetime
 from whalekit.repro.notebook_runner import execute
 from whalekit.repro.reproduce_plan import Job
 
@@ -67,7 +67,7 @@ def _dead_pid() -> int:
 # -- a child started with the preexec helper ------------------------------------------------
 PARENT = """
 import subprocess, sys, time
-from whalekit.lifetime import dies_with_this_process
+from whalekit.infra.lifetime import dies_with_this_process
 helper = dies_with_this_process() if sys.argv[1] == "with" else None
 child = subprocess.Popen(["sleep", "300"], preexec_fn=helper)
 print(child.pid, flush=True)
@@ -106,7 +106,7 @@ def test_without_the_helper_the_child_outlives_its_sigkilled_parent():
 
 @linux_only
 def test_a_child_whose_parent_is_already_gone_exits_before_doing_anything():
-    code = ("import os, sys\nfrom whalekit.lifetime import die_with_parent\n"
+    code = ("import os, sys\nfrom whalekit.infra.lifetime import die_with_parent\n"
             "die_with_parent(int(sys.argv[1]) or os.getppid())\nprint('ran')\n")
     orphaned = subprocess.run([sys.executable, "-c", code, str(_dead_pid())], cwd=REPO, capture_output=True, text=True)
     assert (orphaned.returncode, orphaned.stdout) == (lifetime.ORPHANED_EXIT_CODE, "")
@@ -119,8 +119,8 @@ def test_a_child_whose_parent_is_already_gone_exits_before_doing_anything():
 # SIGTERM into SystemExit. The child notes its pid, then whether it was asked to stop.
 RUNNER = """
 import sys
-from whalekit.lifetime import run_child
-from whalekit.shutdown import exit_on_sigterm
+from whalekit.infra.lifetime import run_child
+from whalekit.infra.shutdown import exit_on_sigterm
 exit_on_sigterm()
 child = ("import os, signal, sys, time\\n"
          "note = lambda line: open(sys.argv[1], 'a').write(line + chr(10))\\n"
@@ -304,7 +304,7 @@ def test_a_notebook_job_leaves_no_process_of_its_kernel_however_it_ended(tmp_pat
 # -- a driver holding a vLLM sampler, SIGKILLed ------------------------------------------------
 DRIVER = """
 import time
-from whalekit.models import load_model, load_policy
+from whalekit.samplers.models import load_model, load_policy
 from whalekit.samplers.base import GenerationRequest, SamplingParams
 
 policy = load_policy("tiny-random", sampler="vllm", vllm_options={"dtype": "float32", "kv_cache_gib": 1})
@@ -344,7 +344,7 @@ def test_a_closed_vllm_sampler_leaves_no_file_behind(require_vllm):
     after a clean shutdown, and its killed worker's OpenMP registration file in /dev/shm: the
     engine's temporary files go in a folder of the sampler's own, which its close removes,
     and its close sweeps /dev/shm."""
-    from whalekit.models import load_policy
+    from whalekit.samplers.models import load_policy
 
     if os.environ.get("VLLM_RPC_BASE_PATH"):
         pytest.skip("VLLM_RPC_BASE_PATH is set here, and a user's setting wins over the sampler's own folder")

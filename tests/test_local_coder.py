@@ -12,13 +12,13 @@ from typing import Any
 
 from test_episode_text import chess_like_episode
 
-from whalekit.archive import Archive
+from whalekit.domains.mechanisms import apply_mechanism
 from whalekit.domains.toy import ToyDomain
-from whalekit.mechanisms import apply_mechanism
-from whalekit.proposers.ledger import Ledger
-from whalekit.proposers.local_coder import LocalCoderConfig, LocalCoderProposer, copied_cut, splice, split_reply
-from whalekit.proposers.novelty import is_novel
-from whalekit.proposers.random_catalogue import RandomCatalogueProposer
+from whalekit.search.archive import Archive
+from whalekit.search.proposers.ledger import Ledger
+from whalekit.search.proposers.local_coder import LocalCoderConfig, LocalCoderProposer, copied_cut, splice, split_reply
+from whalekit.search.proposers.novelty import is_novel
+from whalekit.search.proposers.random_catalogue import RandomCatalogueProposer
 
 DOMAIN = ToyDomain()
 H0 = DOMAIN.initial_harness_source()
@@ -142,7 +142,7 @@ def test_a_spliced_edit_that_does_not_parse_says_where():
 
 
 def test_the_proposers_of_one_run_share_one_server(monkeypatch, tmp_path):
-    from whalekit.proposers import local_coder
+    from whalekit.search.proposers import local_coder
 
     started = []
 

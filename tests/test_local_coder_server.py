@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from whalekit.archive import Archive
 from whalekit.domains.math import MathDomain
-from whalekit.isolation import validate_source
-from whalekit.proposer_models import ProposerModelError, proposer_model_path
-from whalekit.proposer_server import llama_cpp_available
-from whalekit.proposers.ledger import Ledger
-from whalekit.proposers.local_coder import LocalCoderConfig, LocalCoderProposer
+from whalekit.sandbox.isolation import validate_source
+from whalekit.search.archive import Archive
+from whalekit.search.proposers.ledger import Ledger
+from whalekit.search.proposers.local_coder import LocalCoderConfig, LocalCoderProposer
+from whalekit.search.proposers.local_models import ProposerModelError, proposer_model_path
+from whalekit.search.proposers.local_server import llama_cpp_available
 
 pytestmark = pytest.mark.slow
 

@@ -62,7 +62,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_with_runs_left_it_prints_the_plan_and_exits_2_without_yes(root):
     # an edit to code a run executes: every committed cpu record is of other code now
-    loss = root / "whalekit" / "rsft_loss.py"
+    loss = root / "whalekit" / "weights" / "rsft_loss.py"
     original = loss.read_text()
     loss.write_text(original + "\n# an edit\n")
     try:
@@ -70,7 +70,7 @@ def test_with_runs_left_it_prints_the_plan_and_exits_2_without_yes(root):
         assert result.returncode == 2, result.stdout + result.stderr
         assert "0 of 102 runs recorded, 102 left" in result.stdout and "ETA" in result.stdout
         assert "YES=1" in result.stderr and "DRY_RUN=1" in result.stderr
-        assert untracked_changes(root) == [" M whalekit/rsft_loss.py"]  # nothing started, STATUS.md untouched
+        assert untracked_changes(root) == [" M whalekit/weights/rsft_loss.py"]  # nothing started, STATUS.md untouched
         planned = make(root, "reproduce", "DRY_RUN=1", timeout=600)
         assert planned.returncode == 0 and "102 left" in planned.stderr
         assert "02_domain_run math/whale-" in planned.stdout

@@ -17,10 +17,10 @@ from whalekit.domains.math.data import MathDataError, load_aime, load_dapo, load
 from whalekit.domains.math.generator import FAMILIES, generate_problems
 from whalekit.domains.math.mechanisms import BY_NAME, CATALOGUE
 from whalekit.domains.math.verifier import check, last_boxed
-from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+from whalekit.domains.mechanisms import apply_mechanism
 from whalekit.episode import EpisodeDriver, Finished, GenerateRequest, load_harness
 from whalekit.harness import EpisodeState, FinalAnswer, ToolCalls
-from whalekit.mechanisms import apply_mechanism
+from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout
 from whalekit.types import Task, ToolCall, ToolResult, Trajectory, Turn
 
 FIXTURES = Path(__file__).parent / "fixtures" / "math"

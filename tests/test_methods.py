@@ -1,4 +1,4 @@
-"""The one table of methods (whalekit.methods): every module that names methods reads it, and a
+"""The one table of methods (whalekit.run.methods): every module that names methods reads it, and a
 method is one row (a fixture method added as a row runs on the smoke preset)."""
 
 from __future__ import annotations
@@ -11,20 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from whalekit import (
-    budget_accounting,
-    config,
-    methods,
-    rsft_phase,
-    schedules,
-    search_phase,
-    stage_scheduling,
-    whale,
-)
-from whalekit.archive import Archive, archive_folders
-from whalekit.models import load_policy
 from whalekit.report import plot_style, run_summaries, tables
 from whalekit.repro import reproduce_plan
+from whalekit.run import budget_accounting, config, methods, schedules, stage_scheduling
+from whalekit.run import driver as whale
+from whalekit.run.phases import rsft as rsft_phase
+from whalekit.run.phases import search as search_phase
+from whalekit.samplers.models import load_policy
+from whalekit.search.archive import Archive, archive_folders
 
 
 def test_the_table_holds_the_seven_methods_once_each():

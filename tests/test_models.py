@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from whalekit.models import ModelSpecError, resolve_model_dir
+from whalekit.samplers.models import ModelSpecError, resolve_model_dir
 
 
 @pytest.mark.parametrize("spec", ["", "./no/such/model/dir", "/definitely/not/here"])

@@ -74,8 +74,8 @@ def test_timings_note_lists_every_notebook(tmp_path):
 
 @pytest.mark.timeout(1200)  # about 15 s with the tiny model: part of `make test-fast`
 def test_the_custom_domain_notebook_builds_a_domain_outside_whalekit_and_runs_whale_on_it(tmp_path):
-    from whalekit.archive import Archive, archive_folders
-    from whalekit.runs import RunDir
+    from whalekit.infra.runs import RunDir
+    from whalekit.search.archive import Archive, archive_folders
 
     figures = tmp_path / "figures"
     parameters = {"preset": "smoke", "model": "tiny-random", "runs_root": str(tmp_path / "runs"),

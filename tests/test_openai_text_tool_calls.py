@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from whalekit.proposers.agent_loop import TOOLS, AgentConfig
-from whalekit.proposers.openai_agent import _ChatBackend, tool_calls_in_text
+from whalekit.search.proposers.agent_loop import TOOLS, AgentConfig
+from whalekit.search.proposers.openai_agent import _ChatBackend, tool_calls_in_text
 
 NAMES = {"read_file", "write_candidate", "list_files"}
 

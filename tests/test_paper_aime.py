@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from whalekit.domains.base import get_domain
-from whalekit.whale import resolve_config
+from whalekit.run.driver import resolve_config
 
 REALDATA = Path(os.environ.get("WHALEKIT_REALDATA", "/work/shared/realdata"))
 FILES = ("aime/aime24/test.jsonl", "aime/aime25/test.jsonl", "dapo_math_17k/dapo_math_17k.parquet")

@@ -35,10 +35,10 @@ def requests(tokenizer, new_tokens: int = 8) -> list[GenerationRequest]:
 
 
 def trainer_for(policy, lora: bool):
-    from whalekit.budget import RolloutBudget
     from whalekit.domains.base import get_domain
-    from whalekit.rsft import RSFTTrainer
-    from whalekit.rsft_config import RSFTConfig
+    from whalekit.rollouts.budget import RolloutBudget
+    from whalekit.weights.rsft import RSFTTrainer
+    from whalekit.weights.rsft_config import RSFTConfig
 
     domain = get_domain("toy")
     tasks = domain.load_splits(n_train=4, n_search=0, n_test=0, seed=0).train
@@ -78,7 +78,7 @@ def test_load_policy_loads_the_checkpoint_and_gives_its_logits(kind, model_root)
     conditional layout: its language model under the renamed keys, the vision tower left out)."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    from whalekit.models import load_policy
+    from whalekit.samplers.models import load_policy
 
     path = tiny_model_dir(kind, model_root)
     policy = load_policy(str(path))
@@ -93,7 +93,7 @@ def test_load_policy_loads_the_checkpoint_and_gives_its_logits(kind, model_root)
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_one_rsft_step_synced_into_the_transformers_sampler(kind, lora, model_root):
-    from whalekit.models import load_policy
+    from whalekit.samplers.models import load_policy
 
     one_step_then_greedy_follows(load_policy(str(tiny_model_dir(kind, model_root))), lora)
 
@@ -122,7 +122,7 @@ def test_one_rsft_step_synced_into_vllm(kind, model_root, require_vllm):
     which has no CPU backend here: it skips where torchvision is missing, saying so."""
     import importlib.util
 
-    from whalekit.models import load_policy
+    from whalekit.samplers.models import load_policy
 
     if kind.startswith("qwen3_5") and importlib.util.find_spec("torchvision") is None:
         pytest.skip("vLLM's Qwen3.5 model imports torchvision (through Qwen3-VL's image processor), "

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from whalekit.cli_config import parse_overrides
+from whalekit.cli.config import parse_overrides
 from whalekit.domains.searchqa import SearchQADomain
-from whalekit.whale import _Driver, resolve_config
+from whalekit.run.driver import _Driver, resolve_config
 
 TEST_SETS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 
@@ -72,7 +72,7 @@ def test_paper_preset_samples_on_seven_gpus_and_keeps_the_eighth_for_the_trainer
 
 
 def test_the_driver_hands_vllm_options_to_load_policy(tmp_path, monkeypatch):
-    import whalekit.models
+    import whalekit.samplers.models
 
     calls = []
 
@@ -83,7 +83,7 @@ def test_the_driver_hands_vllm_options_to_load_policy(tmp_path, monkeypatch):
         calls.append((spec, kwargs))
         raise Loaded
 
-    monkeypatch.setattr(whalekit.models, "load_policy", fake_load_policy)
+    monkeypatch.setattr(whalekit.samplers.models, "load_policy", fake_load_policy)
     config = resolve_config("smoke", "toy", "whale", sampler="vllm", runs_root=str(tmp_path),
                             vllm_options={"gpu_memory_fraction": 0.4})
     with pytest.raises(Loaded):

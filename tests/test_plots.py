@@ -11,9 +11,9 @@ from matplotlib.colors import to_hex
 from matplotlib.container import BarContainer
 from run_fixtures import trajectory, write_run
 
-from whalekit.archive import Archive
+from whalekit.infra.runs import RunDir
 from whalekit.report import behaviour_plots, plot_style, plots, run_summaries, tables
-from whalekit.runs import RunDir
+from whalekit.search.archive import Archive
 
 
 @pytest.fixture(autouse=True)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from whalekit.methods import METHOD_NAMES as METHODS_ALL
 from whalekit.presets import PRESETS, data_files, load_preset
-from whalekit.whale import resolve_config
+from whalekit.run.driver import resolve_config
+from whalekit.run.methods import METHOD_NAMES as METHODS_ALL
 
 
 @pytest.mark.parametrize("preset", PRESETS)

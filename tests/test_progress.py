@@ -3,8 +3,8 @@ from the measured rate; reused runs neither slow nor speed the estimate."""
 
 from __future__ import annotations
 
-from whalekit import progress
-from whalekit.runs import RunDir
+from whalekit.infra import progress
+from whalekit.infra.runs import RunDir
 
 
 def test_durations_read_like_a_clock():
@@ -77,9 +77,9 @@ def test_a_run_prints_a_line_per_stage_and_shows_bars_over_finished_episodes(tmp
     """With progress on, the driver prints one stage line per stage_end (its rollouts, signal
     and an ETA that reaches 0:00 at the budget), and RSFT, search and test rollouts each get
     a bar that counts every episode once, as it finishes."""
-    import whalekit.engine as engine
-    from whalekit.models import load_policy
-    from whalekit.whale import resolve_config, run_method
+    import whalekit.rollouts.engine as engine
+    from whalekit.run.driver import resolve_config, run_method
+    from whalekit.samplers.models import load_policy
 
     bars: list[dict] = []
 
@@ -130,7 +130,7 @@ def test_a_run_prints_a_line_per_stage_and_shows_bars_over_finished_episodes(tmp
 
 
 def test_quiet_switches_the_bar_and_the_lines_off(monkeypatch, capsys):
-    from whalekit.engine import RolloutConfig, _NoBar, _progress
+    from whalekit.rollouts.engine import RolloutConfig, _NoBar, _progress
 
     monkeypatch.setenv(progress.QUIET_ENV, "1")
     assert isinstance(_progress(10, RolloutConfig()), _NoBar)

@@ -1,4 +1,4 @@
-"""The proposer's code model files (whalekit/proposer_models.py): parts reassembled into the
+"""The proposer's code model files (whalekit/search/proposers/local_models.py): parts reassembled into the
 cache and refused, with the file and the mismatch named, when their size, sha256 or GGUF
 header is not the spec's. Small GGUF files written by the `gguf` package stand in for the
 1.1 GB model; the spec's expected values are parameters."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from whalekit import proposer_models as pm
+from whalekit.search.proposers import local_models as pm
 
 
 def write_gguf(path: Path, name: str, file_type: int = 15) -> Path:

@@ -1,4 +1,4 @@
-"""The proposer's llama.cpp server (whalekit/proposer_server.py): port choice and its
+"""The proposer's llama.cpp server (whalekit/search/proposers/local_server.py): port choice and its
 refusal, a failed or slow start reported with the server's log and never left running, the
 server dying with its driver on SIGKILL, and (slow) the real server on the real model
 answering one chat request through the `openai` SDK and leaving no process behind.
@@ -19,8 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from whalekit import proposer_server as ps
-from whalekit.proposer_models import ProposerModelError, part_files, proposer_model_path, proposer_model_spec
+from whalekit.search.proposers import local_server as ps
+from whalekit.search.proposers.local_models import (
+    ProposerModelError,
+    part_files,
+    proposer_model_path,
+    proposer_model_spec,
+)
 
 
 def gone(pid: int) -> bool:
@@ -130,7 +135,7 @@ def test_the_server_dies_with_its_driver_even_on_sigkill(tmp_path):
     driver = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from whalekit import proposer_server as ps
+        from whalekit.search.proposers import local_server as ps
         port = ps.free_port()
         server = ps.ServerProcess([sys.executable, "-m", "http.server", str(port), "--bind", ps.HOST], port=port,
                                   log_path=Path({str(tmp_path)!r}) / ps.LOG_NAME, startup_timeout_s=30,

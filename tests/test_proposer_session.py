@@ -14,19 +14,19 @@ from typing import Any
 import pytest
 from fakes.scripted_server import ScriptedServer
 
-from whalekit.archive import Archive
-from whalekit.budget import RolloutBudget
+from whalekit.domains.mechanisms import apply_mechanism
 from whalekit.domains.toy import ToyDomain
-from whalekit.isolation import ALLOWED_IMPORTS
-from whalekit.mechanisms import apply_mechanism
-from whalekit.proposers.agent_loop import AgentConfig, transcript
-from whalekit.proposers.anthropic_agent import AnthropicProposer
-from whalekit.proposers.ledger import Ledger, cost_report, cost_summary, run_cost_report
-from whalekit.proposers.openai_agent import OpenAIProposer
-from whalekit.proposers.prototype import Prototyper, prototype_rollouts
-from whalekit.proposers.rules import rules_for
-from whalekit.proposers.runview import RunView, ViewLimits, _safe_name
-from whalekit.search import SearchConfig, run_search_stage
+from whalekit.rollouts.budget import RolloutBudget
+from whalekit.sandbox.isolation import ALLOWED_IMPORTS
+from whalekit.search.archive import Archive
+from whalekit.search.proposers.agent_loop import AgentConfig, transcript
+from whalekit.search.proposers.anthropic_agent import AnthropicProposer
+from whalekit.search.proposers.ledger import Ledger, cost_report, cost_summary, run_cost_report
+from whalekit.search.proposers.openai_agent import OpenAIProposer
+from whalekit.search.proposers.prototype import Prototyper, prototype_rollouts
+from whalekit.search.proposers.rules import rules_for
+from whalekit.search.proposers.runview import RunView, ViewLimits, _safe_name
+from whalekit.search.stage import SearchConfig, run_search_stage
 from whalekit.types import Message, Trajectory
 
 DOMAIN = ToyDomain()
@@ -208,7 +208,7 @@ def _proposer(backend: str, server: ScriptedServer, tmp_path: Path, **config: An
         return AnthropicProposer(DOMAIN, options, api_key="test-key", base_url=server.url)
     if backend == "openai":
         return OpenAIProposer(DOMAIN, options, api_key="EMPTY", base_url=server.url + "/v1")
-    from whalekit.proposers.claude_code import ClaudeCodeProposer
+    from whalekit.search.proposers.claude_code import ClaudeCodeProposer
 
     home = tmp_path / "claude-home"
     home.mkdir(exist_ok=True)

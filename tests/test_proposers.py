@@ -12,19 +12,19 @@ from fakes.anthropic_server import FakeAnthropicServer
 from fakes.openai_server import FakeOpenAIServer
 from fakes.recorded import load_recording
 
-from whalekit.archive import Archive
-from whalekit.budget import RolloutBudget
+from whalekit.domains.mechanisms import apply_mechanism
 from whalekit.domains.toy import ToyDomain
-from whalekit.isolation import validate_source
-from whalekit.mechanisms import apply_mechanism
-from whalekit.proposers.agent_loop import AgentConfig
-from whalekit.proposers.anthropic_agent import AnthropicProposer
-from whalekit.proposers.base import Candidate, Proposer, ProposerError
-from whalekit.proposers.ledger import Ledger
-from whalekit.proposers.openai_agent import OpenAIProposer
-from whalekit.proposers.prompt_only import PromptOnly, prompt_only_violation
-from whalekit.proposers.reflective import ReflectiveProposer
-from whalekit.search import SearchConfig, run_search_stage
+from whalekit.rollouts.budget import RolloutBudget
+from whalekit.sandbox.isolation import validate_source
+from whalekit.search.archive import Archive
+from whalekit.search.proposers.agent_loop import AgentConfig
+from whalekit.search.proposers.anthropic_agent import AnthropicProposer
+from whalekit.search.proposers.base import Candidate, Proposer, ProposerError
+from whalekit.search.proposers.ledger import Ledger
+from whalekit.search.proposers.openai_agent import OpenAIProposer
+from whalekit.search.proposers.prompt_only import PromptOnly, prompt_only_violation
+from whalekit.search.proposers.reflective import ReflectiveProposer
+from whalekit.search.stage import SearchConfig, run_search_stage
 from whalekit.types import Trajectory
 
 DOMAIN = ToyDomain()
@@ -180,7 +180,7 @@ def test_the_offline_fst_search_has_prompt_wordings_to_try_in_every_paper_domain
     """Every code mechanism fails the restriction, so without wordings an FST search runs
     dry and its whole budget falls through to training."""
     from whalekit.domains.base import get_domain
-    from whalekit.proposers.registry import make_proposer
+    from whalekit.search.proposers.registry import make_proposer
 
     domain = get_domain(domain_name)
     archive = Archive.open(tmp_path / "archive", domain.name)
@@ -208,7 +208,7 @@ def test_ledger_skips_a_torn_last_line_and_names_a_bad_middle_line(tmp_path: Pat
 
 
 def test_make_proposer_builds_each_name_of_its_table_and_an_unknown_name_lists_them_all(tmp_path: Path) -> None:
-    from whalekit.proposers.registry import PROPOSERS, make_proposer
+    from whalekit.search.proposers.registry import PROPOSERS, make_proposer
 
     assert sorted(PROPOSERS) == ["anthropic", "claude-code", "local", "openai", "random-catalogue", "reflective"]
     archive = Archive.open(tmp_path / "archive", "toy")

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from whalekit import provenance as prov
-from whalekit.runs import RunDir
+from whalekit.infra.runs import RunDir
+from whalekit.run import provenance as prov
 
 
 def _run_with(tmp_path, block):

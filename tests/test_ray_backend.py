@@ -15,16 +15,16 @@ ray = pytest.importorskip("ray", reason="ray is not installed: pip install -e '.
 
 from fakes.harnesses import CALCULATOR_FIRST_SOURCE  # noqa: E402
 
-from whalekit.backends import BackendConfig, StaleWeightsError, WorkerLostError, make_backend  # noqa: E402
 from whalekit.domains.base import get_domain  # noqa: E402
-from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout  # noqa: E402
-from whalekit.models import load_policy  # noqa: E402
+from whalekit.rollouts.backends import BackendConfig, StaleWeightsError, WorkerLostError, make_backend  # noqa: E402
+from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout  # noqa: E402
 from whalekit.samplers.base import SamplingParams  # noqa: E402
+from whalekit.samplers.models import load_policy  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    from whalekit.backends.ray_backend import connect
+    from whalekit.rollouts.backends.ray_backend import connect
 
     started = connect(BackendConfig(kind="ray", init_options={"num_cpus": 2, "include_dashboard": False,
                                                               "log_to_driver": False}))
@@ -68,7 +68,7 @@ def _sync(backend, local, scale: float) -> None:
 
 
 def _episodes(domain, isolated: bool = True, n_tasks: int = 4, samples: int = 2):
-    from whalekit.isolation import IsolatedHarness
+    from whalekit.sandbox.isolation import IsolatedHarness
 
     tasks = domain.load_splits(n_tasks, 1, 1, seed=0).train
     h0 = InProcessHarness(domain.initial_harness_source())
@@ -212,8 +212,8 @@ def test_it_runs_inside_a_running_event_loop_as_in_a_notebook(backend, local):
 @pytest.mark.slow
 @pytest.mark.timeout(2400)
 def test_a_whale_run_on_ray_logs_exactly_the_events_of_a_local_run(backend, local, tmp_path):
-    from whalekit.runs import without_timings
-    from whalekit.whale import resolve_config, run_method
+    from whalekit.infra.runs import without_timings
+    from whalekit.run.driver import resolve_config, run_method
 
     base = _weights(0.0)
     backend.load_weights(base)

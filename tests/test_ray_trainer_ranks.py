@@ -1,5 +1,5 @@
 """The RSFT trainer's sharded ranks as Ray actors (`rsft.trainer_launcher: ray`,
-whalekit.ray_trainer_ranks), on a local Ray cluster with 2 CPUs and 2 gloo ranks: a weight step
+whalekit.weights.distributed.ray_trainer_ranks), on a local Ray cluster with 2 CPUs and 2 gloo ranks: a weight step
 trains what the in-process trainer trains (the spawned ranks' tolerance), the sampler gets the
 weights bucket by bucket, their sharded checkpoint resumes on spawned ranks, a rank that cannot
 start is an error naming it that gives back the actors' CPUs, and close() ends the actors.
@@ -14,11 +14,11 @@ import torch
 from test_rsft import ShortReply, _trainer
 from test_trainer_ranks import IN_PROCESS, SHARDED, assert_all_gone, assert_same_first_adamw_step, wait_gone
 
-from whalekit.backends.base import BackendConfig
-from whalekit.engine import InProcessHarness
-from whalekit.models import load_policy
-from whalekit.rsft_config import RSFTConfig
-from whalekit.trainer_ranks import RankFailedError
+from whalekit.rollouts.backends.base import BackendConfig
+from whalekit.rollouts.engine import InProcessHarness
+from whalekit.samplers.models import load_policy
+from whalekit.weights.distributed.trainer_ranks import RankFailedError
+from whalekit.weights.rsft_config import RSFTConfig
 
 ray = pytest.importorskip("ray", reason="ray is not installed: pip install -e '.[ray]' (the Ray launcher is an extra)")
 
@@ -28,7 +28,7 @@ ON_RAY = {**SHARDED, "trainer_launcher": "ray"}
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    from whalekit.backends.ray_backend import connect
+    from whalekit.rollouts.backends.ray_backend import connect
 
     started = connect(BackendConfig(kind="ray", init_options={"num_cpus": 2, "include_dashboard": False,
                                                               "log_to_driver": False}))
@@ -74,7 +74,7 @@ def test_ray_ranks_train_what_the_in_process_trainer_trains_and_sync_the_sampler
 
 
 def test_a_ray_rank_that_cannot_start_is_an_error_naming_it_and_frees_its_cpu(ray_cluster, tmp_path):
-    from whalekit.ray_trainer_ranks import RayTrainerRanks
+    from whalekit.weights.distributed.ray_trainer_ranks import RayTrainerRanks
 
     with pytest.raises(RankFailedError, match=r"trainer rank \d failed during 'start'"):
         RayTrainerRanks(tmp_path / "no-model-here", RSFTConfig(**ON_RAY), pad_id=0)

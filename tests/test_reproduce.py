@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from run_fixtures import write_run
 
-from whalekit import provenance as prov
+from whalekit.infra.runs import RunDir
 from whalekit.presets import load_preset
 from whalekit.repro import notebook_runner, reproduce, reproduce_plan
-from whalekit.runs import RunDir
+from whalekit.run import provenance as prov
 
 
 def _plan(tmp_path: Path, methods=("whale", "weight_only")) -> list[reproduce_plan.Job]:

@@ -7,7 +7,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from whalekit.repro import reproduce, reproduce_plan, results
+from whalekit.records import results
+from whalekit.repro import reproduce, reproduce_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

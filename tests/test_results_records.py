@@ -1,4 +1,4 @@
-"""Committed records (whalekit.repro.results): a finished run exports a small thin run
+"""Committed records (whalekit.records.results): a finished run exports a small thin run
 directory from which the tables, figures and viewer give what the run directory gives;
 unfinished runs are refused, and figures refuse records made by different code."""
 
@@ -11,12 +11,13 @@ import matplotlib.pyplot as plt
 import pytest
 from run_fixtures import write_run
 
-from whalekit.archive import Archive, archive_holding
+from whalekit.infra.runs import RunDir
+from whalekit.records import results
+from whalekit.records.code_identity import RunCode
+from whalekit.records.results import MixedRecordsError, UnfinishedRunError, export_run
 from whalekit.report import behaviour_plots, figures, plots, run_summaries, tables, viewer
-from whalekit.repro import reproduce_plan, results
-from whalekit.repro.code_identity import RunCode
-from whalekit.repro.results import MixedRecordsError, UnfinishedRunError, export_run
-from whalekit.runs import RunDir
+from whalekit.repro import reproduce_plan
+from whalekit.search.archive import Archive, archive_holding
 
 # A cpu run: 7 test evaluations of 64 problems x 8 samples. Its record must stay small enough to
 # commit a whole reproduction (about a hundred runs): per-sample rows, no token ids or checkpoints.
@@ -35,8 +36,8 @@ def close_figures():
 def smoke(tmp_path_factory):
     """Real smoke runs (tiny random model, the driver itself): WHALE and weights-only on
     toy at two seeds, and their records."""
-    from whalekit.models import load_policy
-    from whalekit.whale import resolve_config, run_method
+    from whalekit.run.driver import resolve_config, run_method
+    from whalekit.samplers.models import load_policy
 
     root = tmp_path_factory.mktemp("smoke")
     policy = load_policy("tiny-random")
@@ -140,7 +141,7 @@ def test_exporting_again_replaces_the_record_whole(tmp_path):
 
 
 def test_a_record_is_found_read_back_and_compared_with_a_configuration(tmp_path):
-    from whalekit.whale import resolve_config
+    from whalekit.run.driver import resolve_config
 
     run = write_run(tmp_path / "runs", "whale", [0.25, 0.5])
     config = resolve_config("smoke", domain="toy", method="whale", runs_root=str(tmp_path / "runs"))

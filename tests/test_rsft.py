@@ -8,16 +8,17 @@ from pathlib import Path
 import pytest
 import torch
 
-import whalekit.rsft as rsft
-from whalekit.budget import RolloutBudget
+import whalekit.weights.rsft as rsft
 from whalekit.domains.base import Verdict
 from whalekit.domains.toy import ToyDomain
-from whalekit.engine import InProcessHarness
 from whalekit.harness import FinalAnswer, GenerationSettings, Harness
-from whalekit.models import load_policy
-from whalekit.rsft import RSFTTrainer
-from whalekit.rsft_config import RSFTConfig
-from whalekit.rsft_loss import (
+from whalekit.rollouts.budget import RolloutBudget
+from whalekit.rollouts.engine import InProcessHarness
+from whalekit.samplers.models import load_policy
+from whalekit.types import Trajectory, Turn
+from whalekit.weights.rsft import RSFTTrainer
+from whalekit.weights.rsft_config import RSFTConfig
+from whalekit.weights.rsft_loss import (
     IGNORE_INDEX,
     decoder_and_head,
     packed_training_sequences,
@@ -25,7 +26,6 @@ from whalekit.rsft_loss import (
     trained_token_count,
     training_sequences,
 )
-from whalekit.types import Trajectory, Turn
 
 
 class EvenLengthDomain(ToyDomain):
@@ -287,7 +287,7 @@ def test_the_paper_preset_steps_once_per_64_accepted_trajectories_per_rank(domai
     """paper: the authors' launchers train on 6 (search QA), 8 (math) and 4 (chess) GPUs, so one
     global step covers 64 x dp accepted trajectories; cpu keeps one rank (64 x 1 would be 4 x 1)."""
     from whalekit.presets import data_files, load_preset
-    from whalekit.whale import resolve_config
+    from whalekit.run.driver import resolve_config
 
     monkeypatch.setenv("WHALEKIT_DATA", str(tmp_path))
     for section in load_preset("paper")["domains"].values():

@@ -24,14 +24,14 @@ import pytest
 import torch
 from smollm2_shaped import long_sequences, loss_and_gradients, saved_activations, smollm2_shaped, with_lora
 
-from whalekit.budget import RolloutBudget
 from whalekit.domains.toy import ToyDomain
-from whalekit.memory import release_freed_memory, rss_anon_mib
-from whalekit.models import load_model
-from whalekit.rsft import RSFTTrainer
-from whalekit.rsft_config import RSFTConfig
-from whalekit.rsft_loss import micro_batch_indices, padded_micro_batches
+from whalekit.infra.memory import release_freed_memory, rss_anon_mib
+from whalekit.rollouts.budget import RolloutBudget
+from whalekit.samplers.models import load_model
 from whalekit.types import Trajectory, Turn
+from whalekit.weights.rsft import RSFTTrainer
+from whalekit.weights.rsft_config import RSFTConfig
+from whalekit.weights.rsft_loss import micro_batch_indices, padded_micro_batches
 
 # A layer's input with checkpointing: SmolLM2's hidden size x 4 bytes (float32 residual
 # stream, also under autocast) = 2,304 bytes a token; the final norm's input and output add
@@ -193,7 +193,7 @@ def test_release_freed_memory_returns_the_heap_that_freed_buffers_left():
     assert rss_anon_mib() is not None and release_freed_memory() in (True, False)
     out = _child("""
         import json
-        from whalekit.memory import release_freed_memory, rss_anon_mib
+        from whalekit.infra.memory import release_freed_memory, rss_anon_mib
         big = bytearray(16 << 20); del big  # glibc raises its mmap threshold to 16 MB: 2 MB buffers come from the heap
         buffers = [b"x" * (2 << 20) for _ in range(300)]
         held = rss_anon_mib()
@@ -216,9 +216,9 @@ def test_a_smoke_whale_run_does_not_grow_from_its_first_cycle_to_its_last_stage(
     cycle (weight stage and harness stage)."""
     out = _child(f"""
         import json
-        import whalekit.whale as whale
-        from whalekit.config import resolve_config
-        from whalekit.memory import rss_anon_mib
+        import whalekit.run.driver as whale
+        from whalekit.run.config import resolve_config
+        from whalekit.infra.memory import rss_anon_mib
         marks = []
         end_stage = whale._Driver.end_stage
         def marked(self, state, stage, budget_exhausted=False):

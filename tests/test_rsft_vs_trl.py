@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from whalekit.rsft_loss import IGNORE_INDEX, training_sequences
+from whalekit.weights.rsft_loss import IGNORE_INDEX, training_sequences
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "rsft_vs_trl.py"
 
@@ -38,8 +38,8 @@ def test_first_batch_loss_agrees_with_trl_to_1e4(bench, tiny_policy):
     trl_loss, whalekit_loss = bench.fp32_first_batch_losses(tiny_policy, trajectories, batch=4, seq_len=64)
     assert abs(trl_loss - whalekit_loss) <= bench.TOLERANCE
     # The check can tell normalisations apart: a per-sequence mean of the same batch differs by more.
-    from whalekit.models import load_model
-    from whalekit.rsft_loss import token_normalised_loss
+    from whalekit.samplers.models import load_model
+    from whalekit.weights.rsft_loss import token_normalised_loss
 
     model = load_model(tiny_policy.path)  # fresh: other tests train the shared sampler
     pad_id = tiny_policy.tokenizer.pad_token_id

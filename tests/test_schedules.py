@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from whalekit.schedules import AdaptiveConfig, Schedule, StageRecord, parse_schedule, should_switch, window_means
-from whalekit.search import SearchConfig
+from whalekit.run.schedules import AdaptiveConfig, Schedule, StageRecord, parse_schedule, should_switch, window_means
+from whalekit.search.stage import SearchConfig
 
 
 def test_adaptive_rule_switches_after_patience_steps_without_improvement():
@@ -118,12 +118,12 @@ class _WeightPhaseOfBatches:
 
 @pytest.mark.parametrize("batches, switches", [(1, True), (3, False)])
 def test_the_adaptive_rule_measures_a_weight_stage_in_the_weight_phase_s_steps(batches, switches, tmp_path):
-    from whalekit.budget import RolloutBudget
-    from whalekit.budget_accounting import BudgetAccounting
-    from whalekit.config import resolve_config
-    from whalekit.run_state import RunState
-    from whalekit.schedules import Stage
-    from whalekit.stage_scheduling import StageScheduler
+    from whalekit.rollouts.budget import RolloutBudget
+    from whalekit.run.budget_accounting import BudgetAccounting
+    from whalekit.run.config import resolve_config
+    from whalekit.run.schedules import Stage
+    from whalekit.run.stage_scheduling import StageScheduler
+    from whalekit.run.state import RunState
 
     config = resolve_config("smoke", domain="toy", method="adaptive", runs_root=str(tmp_path))
     scheduler = StageScheduler(config, Schedule("adaptive", 0.5, 2), BudgetAccounting(config, RolloutBudget(64), {}),

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from whalekit.archive import Archive
-from whalekit.budget import RolloutBudget
 from whalekit.domains.toy import ToyDomain
-from whalekit.proposers.base import Candidate, Proposer
-from whalekit.proposers.reflective import ReflectiveProposer
-from whalekit.proposers.report import render_report
-from whalekit.search import SearchConfig, SearchStage, run_search_stage
+from whalekit.rollouts.budget import RolloutBudget
+from whalekit.search.archive import Archive
+from whalekit.search.proposers.base import Candidate, Proposer
+from whalekit.search.proposers.reflective import ReflectiveProposer
+from whalekit.search.proposers.report import render_report
+from whalekit.search.stage import SearchConfig, SearchStage, run_search_stage
 
 DOMAIN = ToyDomain()
 SPLITS = DOMAIN.load_splits(n_train=4, n_search=2, n_test=2, seed=0)
@@ -237,7 +237,7 @@ def test_the_chess_proposer_gets_no_prototype_tool_as_the_authors_has_no_shell(t
     """Their chess proposer may Read/Glob/Grep/Write/Edit only; search QA and math have Bash,
     which whalekit's sandboxed `prototype` tool stands in for."""
     from whalekit.domains.base import get_domain
-    from whalekit.search import _give_prototyper
+    from whalekit.search.stage import _give_prototyper
 
     class WantsPrototyper:
         prototyper = None

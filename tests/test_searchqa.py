@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from whalekit.domains.base import get_domain
+from whalekit.domains.mechanisms import apply_mechanism
 from whalekit.domains.searchqa import FAMILIES, TWO_HOP, SearchQADomain
 from whalekit.domains.searchqa.data import (
     DataFormatError,
@@ -31,7 +32,6 @@ from whalekit.domains.searchqa.verifier import (
     token_f1,
 )
 from whalekit.episode import EpisodeDriver, Finished, GenerateRequest, ToolRequest, load_harness
-from whalekit.mechanisms import apply_mechanism
 from whalekit.types import Message, Task, ToolResult, Trajectory, Turn
 
 FIXTURES = Path(__file__).parent / "fixtures" / "searchqa"
@@ -457,7 +457,7 @@ def test_the_bm25_tool_description_is_the_one_the_records_were_made_with():
 
 @pytest.mark.slow
 def test_h0_rollout_with_smollm2_is_verified_and_flagged(smollm_policy):
-    from whalekit.engine import Episode, InProcessHarness, RolloutConfig, rollout
+    from whalekit.rollouts.engine import Episode, InProcessHarness, RolloutConfig, rollout
 
     domain = SearchQADomain()
     tasks = domain.load_splits(n_train=0, n_search=0, n_test=7, seed=0).test

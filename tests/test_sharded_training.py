@@ -1,4 +1,4 @@
-"""Sharded RSFT (`whalekit.sharded_training`, `whalekit.sharded_checkpoint`) on gloo ranks, with the
+"""Sharded RSFT (`weights.distributed.sharded_training`, `.sharded_checkpoint`) on gloo ranks, with the
 tiny random model: 2 FSDP2 ranks give the gradients, weights and loss 1 rank gets from the whole
 mini-batch (float32 compute: to float32 summation order; bf16 compute: to bf16 rounding); a
 sharded checkpoint written by 2 ranks resumes onto 2 ranks and onto 1 and continues as the run
@@ -17,7 +17,7 @@ import torch
 import torch.multiprocessing as mp
 from training_sequences import sequences
 
-from whalekit.rsft_loss import IGNORE_INDEX
+from whalekit.weights.rsft_loss import IGNORE_INDEX
 
 LR = 1e-3
 MICRO_BATCH = 2
@@ -29,8 +29,8 @@ FIRST_BATCH, SECOND_BATCH = sequences(5, seed=0), sequences(7, seed=1)
 
 
 def plain_model(seed: int):
-    from whalekit.model_files import resolve_model_dir
-    from whalekit.models import load_model
+    from whalekit.samplers.model_files import resolve_model_dir
+    from whalekit.samplers.models import load_model
 
     torch.manual_seed(seed)
     model = load_model(resolve_model_dir("tiny-random"))
@@ -39,7 +39,7 @@ def plain_model(seed: int):
 
 
 def sharded(seed: int, compute_dtype: str = "float32", gradient_checkpointing: bool = False):
-    from whalekit.sharded_training import ShardingConfig, shard_policy
+    from whalekit.weights.distributed.sharded_training import ShardingConfig, shard_policy
 
     model = shard_policy(plain_model(seed), ShardingConfig(compute_dtype, gradient_checkpointing))
     return model, torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
@@ -47,8 +47,8 @@ def sharded(seed: int, compute_dtype: str = "float32", gradient_checkpointing: b
 
 def step_record(model, optimizer, batch) -> dict:
     """One sharded step and what it did, gathered whole (collectives: every rank calls it)."""
-    from whalekit.sharded_checkpoint import full_state_dict
-    from whalekit.sharded_training import sharded_step
+    from whalekit.weights.distributed.sharded_checkpoint import full_state_dict
+    from whalekit.weights.distributed.sharded_training import sharded_step
 
     loss, tokens = sharded_step(model, optimizer, batch, MICRO_BATCH, pad_id=0)
     grads = {name: p.grad.full_tensor() for name, p in model.named_parameters()}
@@ -57,7 +57,7 @@ def step_record(model, optimizer, batch) -> dict:
 
 
 def two_ranks_job(rank: int, out: Path) -> None:
-    from whalekit.sharded_checkpoint import load_sharded_checkpoint, save_sharded_checkpoint
+    from whalekit.weights.distributed.sharded_checkpoint import load_sharded_checkpoint, save_sharded_checkpoint
 
     records = {}
     model, optimizer = sharded(seed=0)
@@ -76,7 +76,7 @@ def two_ranks_job(rank: int, out: Path) -> None:
 def one_rank_job(rank: int, out: Path) -> None:
     import torch.distributed.checkpoint as dcp
 
-    from whalekit.sharded_checkpoint import load_sharded_checkpoint, save_sharded_checkpoint
+    from whalekit.weights.distributed.sharded_checkpoint import load_sharded_checkpoint, save_sharded_checkpoint
 
     records = {}
     model, optimizer = sharded(seed=1)
@@ -142,7 +142,7 @@ def ranks_outputs(tmp_path_factory) -> dict:
 
 def one_device_step(batch, model=None, optimizer=None):
     """The trainer's one-device step (`token_normalised_loss`, clip, AdamW) on an unsharded model."""
-    from whalekit.rsft_loss import token_normalised_loss
+    from whalekit.weights.rsft_loss import token_normalised_loss
 
     if model is None:
         model = plain_model(0)
@@ -227,7 +227,11 @@ def test_a_two_rank_checkpoint_resumes_on_two_ranks_and_on_one(ranks_outputs):
 
 @pytest.mark.slow  # the module's two launches: about 20 s on 2 shared cores
 def test_a_checkpoint_whose_writer_died_is_never_loaded(ranks_outputs):
-    from whalekit.sharded_checkpoint import IncompleteCheckpointError, is_complete, load_sharded_checkpoint
+    from whalekit.weights.distributed.sharded_checkpoint import (
+        IncompleteCheckpointError,
+        is_complete,
+        load_sharded_checkpoint,
+    )
 
     out = ranks_outputs["dir"]
     assert ranks_outputs["one"]["killed"]
@@ -238,15 +242,15 @@ def test_a_checkpoint_whose_writer_died_is_never_loaded(ranks_outputs):
 
 
 def test_every_rank_makes_as_many_passes_as_the_busiest():
-    from whalekit.data_parallel import rank_share
-    from whalekit.sharded_training import forward_passes
+    from whalekit.weights.distributed.data_parallel import rank_share
+    from whalekit.weights.distributed.sharded_training import forward_passes
 
     assert [forward_passes(rank_share(FIRST_BATCH, r, 2), MICRO_BATCH) for r in range(2)] == [2, 1]
     assert forward_passes([([1, 2, 3], [IGNORE_INDEX] * 3)], MICRO_BATCH) == 0  # nothing trained: no pass
 
 
 def test_sharding_config_accepts_the_two_compute_dtypes_only():
-    from whalekit.sharded_training import ShardingConfig
+    from whalekit.weights.distributed.sharded_training import ShardingConfig
 
     assert ShardingConfig().compute_dtype == "bfloat16"
     with pytest.raises(ValueError):

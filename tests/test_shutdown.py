@@ -18,7 +18,7 @@ def test_sigterm_unwinds_the_command_so_its_clean_up_runs(tmp_path):
     marker = tmp_path / "cleaned-up"
     script = (
         "import atexit, os, signal, time\n"
-        "from whalekit.shutdown import exit_on_sigterm\n"
+        "from whalekit.infra.shutdown import exit_on_sigterm\n"
         "exit_on_sigterm()\n"
         f"atexit.register(lambda: open({str(marker)!r}, 'w').write('closed'))\n"
         "try:\n"

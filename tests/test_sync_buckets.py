@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from whalekit.models import load_model, resolve_model_dir
-from whalekit.sharded_checkpoint import bucket_plan
+from whalekit.samplers.models import load_model, resolve_model_dir
+from whalekit.weights.distributed.sharded_checkpoint import bucket_plan
 
 
 @pytest.fixture(scope="module")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from whalekit import timing
-from whalekit.cli import main
-from whalekit.models import load_policy
-from whalekit.runs import without_timings
-from whalekit.whale import resolve_config, run_method
+from whalekit.cli.main import main
+from whalekit.infra import timing
+from whalekit.infra.runs import without_timings
+from whalekit.run.driver import resolve_config, run_method
+from whalekit.samplers.models import load_policy
 
 
 class _FakeTime:
@@ -53,7 +53,7 @@ def test_a_run_without_timing_in_its_events_says_so_in_the_table():
 
 
 def test_events_carry_the_prompt_tokens_sent_since_the_last_one_and_the_share_the_prefix_cache_served(tmp_path):
-    from whalekit.runs import RunDir
+    from whalekit.infra.runs import RunDir
 
     class CountingSampler:  # what VLLMSampler counts: prompt tokens sent, and served from its prefix cache
         prompt_tokens = cached_prompt_tokens = 0

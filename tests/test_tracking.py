@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from run_fixtures import write_run
 
-import whalekit.search as search
-from whalekit import tracking
-from whalekit.cli_config import CLIError, check_overrides, parse_overrides
-from whalekit.models import load_policy
-from whalekit.runs import RunDir
-from whalekit.tracking import TrackingConfig, event_metrics, export_run
-from whalekit.whale import config_changes, resolve_config, run_method
+import whalekit.search.stage as search
+from whalekit.cli.config import CLIError, check_overrides, parse_overrides
+from whalekit.infra import tracking
+from whalekit.infra.runs import RunDir
+from whalekit.infra.tracking import TrackingConfig, event_metrics, export_run
+from whalekit.run.driver import config_changes, resolve_config, run_method
+from whalekit.samplers.models import load_policy
 
 LIBRARIES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
 

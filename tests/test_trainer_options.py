@@ -11,9 +11,9 @@ import types
 import pytest
 import torch
 
-from whalekit.optim import BF16AdamW, stochastic_round_bf16
-from whalekit.rsft import resolve_backend, resolve_train_dtype
-from whalekit.rsft_config import RSFTConfig
+from whalekit.weights.optim import BF16AdamW, stochastic_round_bf16
+from whalekit.weights.rsft import resolve_backend, resolve_train_dtype
+from whalekit.weights.rsft_config import RSFTConfig
 
 # --- weight dtype -------------------------------------------------------------------------
 
@@ -79,10 +79,10 @@ def test_bf16_adamw_matches_adamw_on_float32_parameters_and_repeats_its_noise():
 
 
 def test_a_bf16_full_fine_tuning_step_trains_and_syncs(tiny_policy):
-    from whalekit.budget import RolloutBudget
     from whalekit.domains.toy import ToyDomain
-    from whalekit.rsft import RSFTTrainer
+    from whalekit.rollouts.budget import RolloutBudget
     from whalekit.types import Trajectory, Turn
+    from whalekit.weights.rsft import RSFTTrainer
 
     domain = ToyDomain()
     tasks = domain.load_splits(4, 0, 0, seed=0).train
@@ -118,7 +118,7 @@ def fake_unsloth(monkeypatch):
 
 
 def _warnings(caplog):
-    return [r for r in caplog.records if r.name == "whalekit.rsft" and r.levelno == logging.WARNING]
+    return [r for r in caplog.records if r.name == "whalekit.weights.rsft" and r.levelno == logging.WARNING]
 
 
 def test_peft_is_the_default_and_never_looks_for_unsloth(no_unsloth, caplog):
@@ -157,9 +157,9 @@ def test_explicit_unsloth_without_cuda_is_an_import_error(fake_unsloth):
 
 
 def test_a_trainer_asked_for_auto_on_cpu_trains_with_peft(tiny_policy, no_unsloth, caplog):
-    from whalekit.budget import RolloutBudget
     from whalekit.domains.toy import ToyDomain
-    from whalekit.rsft import RSFTTrainer
+    from whalekit.rollouts.budget import RolloutBudget
+    from whalekit.weights.rsft import RSFTTrainer
 
     domain = ToyDomain()
     trainer = RSFTTrainer(tiny_policy, domain, domain.load_splits(4, 0, 0, seed=0).train,
@@ -172,7 +172,7 @@ def test_a_trainer_asked_for_auto_on_cpu_trains_with_peft(tiny_policy, no_unslot
 
 
 def test_trainer_ranks_take_cuda_r_unless_trainer_devices_keeps_the_samplers_gpu_apart():
-    from whalekit.trainer_ranks import rank_device
+    from whalekit.weights.distributed.trainer_ranks import rank_device
 
     colocated = RSFTConfig(lora=False, trainer_ranks=2)
     assert [rank_device(r, colocated) for r in range(2)] == [0, 1]

@@ -1,4 +1,4 @@
-"""The RSFT trainer on sharded ranks (`rsft.trainer_ranks`, whalekit.trainer_ranks), with the tiny
+"""The RSFT trainer on sharded ranks (`rsft.trainer_ranks`, whalekit.weights.distributed.trainer_ranks), with the tiny
 random model on 2 gloo ranks: a weight step trains what the in-process trainer trains on the same
 accepted trajectories (float32 compute: to float32 summation order), the sampler gets the gathered
 weights, a run resumes from the ranks' sharded checkpoint as if never stopped, a rank's failure is
@@ -19,11 +19,11 @@ import pytest
 import torch
 from test_rsft import ShortReply, _trainer
 
-from whalekit.engine import InProcessHarness
-from whalekit.lifetime import pid_alive
-from whalekit.models import load_policy
-from whalekit.rsft_config import RSFTConfig
-from whalekit.trainer_ranks import RankFailedError, TrainerRanks
+from whalekit.infra.lifetime import pid_alive
+from whalekit.rollouts.engine import InProcessHarness
+from whalekit.samplers.models import load_policy
+from whalekit.weights.distributed.trainer_ranks import RankFailedError, TrainerRanks
+from whalekit.weights.rsft_config import RSFTConfig
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +89,7 @@ def test_two_ranks_train_what_the_in_process_trainer_trains_and_the_sampler_gets
 
 
 def test_the_ranks_sync_the_sampler_a_bucket_of_layers_at_a_time_with_the_whole_gathers_weights():
-    from whalekit.sharded_checkpoint import bucket_plan
+    from whalekit.weights.distributed.sharded_checkpoint import bucket_plan
 
     reference = load_policy("tiny-random").sampler.model
     layer = sum(v.numel() * 4 for k, v in reference.state_dict().items() if ".layers.0." in k)  # float32 shards
@@ -143,7 +143,7 @@ def test_a_whale_run_trains_on_sharded_ranks_end_to_end(tmp_path, monkeypatch):
     model solves no toy problem (nor gives an answer h0 parses), so the verifier accepts all."""
     from whalekit.domains.base import Verdict
     from whalekit.domains.toy import ToyDomain
-    from whalekit.whale import resolve_config, run_method
+    from whalekit.run.driver import resolve_config, run_method
 
     monkeypatch.setattr(ToyDomain, "verify", lambda self, task, answer: Verdict(True, 1.0, {"format_valid": True}))
     before = {p.pid for p in _spawned_children()}
@@ -158,9 +158,9 @@ def test_a_whale_run_trains_on_sharded_ranks_end_to_end(tmp_path, monkeypatch):
 
 DRIVER = """
 import sys, time
-from whalekit.model_files import resolve_model_dir
-from whalekit.rsft_config import RSFTConfig
-from whalekit.trainer_ranks import TrainerRanks
+from whalekit.samplers.model_files import resolve_model_dir
+from whalekit.weights.rsft_config import RSFTConfig
+from whalekit.weights.distributed.trainer_ranks import TrainerRanks
 ranks = TrainerRanks(resolve_model_dir("tiny-random"), RSFTConfig(lora=False, trainer_ranks=2), pad_id=0)
 print(*ranks.pids, flush=True)
 time.sleep(300)

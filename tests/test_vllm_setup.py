@@ -89,8 +89,8 @@ def test_auto_dtype_is_float32_on_a_cpu_without_native_bf16_and_bf16_where_the_h
 def test_episodes_sharing_a_system_prompt_shorter_than_128_tokens_reuse_its_kv_blocks(require_vllm):
     """The CPU engine's default 128-token blocks would cache nothing of a ~110-token shared
     prefix; 32-token blocks serve all but its last partial block from the cache."""
-    from whalekit.models import load_policy
     from whalekit.samplers.base import GenerationRequest, SamplingParams
+    from whalekit.samplers.models import load_policy
     from whalekit.samplers.vllm import CPU_BLOCK_SIZE
 
     sampler = load_policy("tiny-random", sampler="vllm", vllm_options={"dtype": "float32"}).sampler

@@ -16,7 +16,7 @@ GREEDY = SamplingParams(temperature=0.0)
 
 
 def _tiny_vllm_policy(**options):
-    from whalekit.models import load_policy
+    from whalekit.samplers.models import load_policy
 
     return load_policy("tiny-random", sampler="vllm", vllm_options={"dtype": "float32", **options})
 
@@ -36,10 +36,10 @@ def _requests(tokenizer) -> list[GenerationRequest]:
 
 
 def _trainer(policy, lora: bool):
-    from whalekit.budget import RolloutBudget
     from whalekit.domains.base import get_domain
-    from whalekit.rsft import RSFTTrainer
-    from whalekit.rsft_config import RSFTConfig
+    from whalekit.rollouts.budget import RolloutBudget
+    from whalekit.weights.rsft import RSFTTrainer
+    from whalekit.weights.rsft_config import RSFTConfig
 
     domain = get_domain("toy")
     tasks = domain.load_splits(n_train=4, n_search=0, n_test=0, seed=0).train
@@ -75,7 +75,7 @@ def test_after_a_sync_greedy_decoding_follows_the_trainers_new_weights(vllm_poli
         assert [c.token_ids for c in completions] != before, "new weights must change the outputs"
         assert sampler.version == version + 2
     finally:  # the module's engine goes back to the base model for the next test
-        from whalekit.models import load_model
+        from whalekit.samplers.models import load_model
 
         sampler.load_weights(load_model(vllm_policy.path).state_dict())
     assert [c.token_ids for c in sampler.generate(requests, GREEDY)] == before
@@ -85,7 +85,7 @@ def test_a_partial_update_keeps_the_other_weights_and_completes_fused_layers(vll
     """Only layer 0's q_proj changes; vLLM fuses it with k and v, which keep their values."""
     import torch
 
-    from whalekit.models import load_model
+    from whalekit.samplers.models import load_model
 
     sampler = vllm_policy.sampler
     reference = load_model(vllm_policy.path)
@@ -133,7 +133,7 @@ def test_with_vllm_lora_support_the_trainer_syncs_its_adapter_not_merged_weights
 
 
 def test_an_adapter_is_refused_once_merged_weights_replaced_the_base(vllm_lora_policy):
-    from whalekit.models import load_model
+    from whalekit.samplers.models import load_model
 
     sampler = vllm_lora_policy.sampler
     sampler.load_weights(load_model(vllm_lora_policy.path).state_dict())

@@ -1,5 +1,5 @@
 """Weights travel from the driver to rollout workers over a gloo group, a bucket of whole
-decoder layers at a time (`whalekit.backends.weight_broadcast`): every dtype arrives bit for bit,
+decoder layers at a time (`whalekit.rollouts.backends.weight_broadcast`): every dtype arrives bit for bit,
 a tied head is sent once, a source that fails mid-sync stops the receivers instead of leaving
 them waiting, and the spill replays the last complete sync for a replaced worker. The receivers
 here are real processes; the Ray backend's own tests run the same path through Ray actors."""
@@ -11,7 +11,7 @@ import multiprocessing
 import pytest
 import torch
 
-from whalekit.backends.weight_broadcast import (
+from whalekit.rollouts.backends.weight_broadcast import (
     BroadcastSource,
     WeightSpill,
     pack,
@@ -134,7 +134,7 @@ def test_the_spill_replays_the_last_complete_sync_and_an_unfinished_one_replaces
 def test_a_spill_without_a_folder_is_one_the_sweep_knows():
     import os
 
-    from whalekit.lifetime import owner_pid
+    from whalekit.infra.lifetime import owner_pid
 
     spill = WeightSpill()
     try:

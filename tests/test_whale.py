@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-import whalekit.evaluation as evaluation
-import whalekit.search_phase as search_phase
-import whalekit.whale as whale
-from whalekit.models import load_policy
-from whalekit.runs import RunDir, without_timings
-from whalekit.whale import resolve_config, run_method
+import whalekit.run.driver as whale
+import whalekit.run.evaluation as evaluation
+import whalekit.run.phases.search as search_phase
+from whalekit.infra.runs import RunDir, without_timings
+from whalekit.run.driver import resolve_config, run_method
+from whalekit.samplers.models import load_policy
 
 METHODS = ["whale", "weight_only", "harness_only", "stagewise", "stagewise_reverse", "fst", "adaptive"]
 
@@ -55,9 +55,9 @@ class LedgerError(AssertionError):
 def ledger(monkeypatch):
     """Record, in order, every charge to a RolloutBudget, every batch of trajectories the
     RSFT, search and test-evaluation rollouts returned, and every event the driver logged."""
-    import whalekit.budget as budget_module
-    import whalekit.rsft as rsft
-    import whalekit.search as search
+    import whalekit.rollouts.budget as budget_module
+    import whalekit.search.stage as search
+    import whalekit.weights.rsft as rsft
 
     entries: list[tuple[str, str, object]] = []
     charge = budget_module.RolloutBudget.charge
@@ -155,7 +155,7 @@ class _ChargesTestEvaluation(whale._Driver):
 
 @pytest.mark.parametrize("broken", ["charges_twice", "charges_test_evaluation"])
 def test_the_ledger_check_fails_when_charging_is_broken(tmp_path, ledger, monkeypatch, broken):
-    import whalekit.budget as budget_module
+    import whalekit.rollouts.budget as budget_module
 
     if broken == "charges_twice":
         monkeypatch.setattr(budget_module.RolloutBudget, "charge",
@@ -194,8 +194,8 @@ def test_a_run_recorded_before_a_config_field_existed_is_reused_when_the_field_i
 
 
 def test_test_tasks_never_reach_training_search_or_the_proposer(tmp_path, monkeypatch):
-    import whalekit.rsft as rsft
-    import whalekit.search as search
+    import whalekit.search.stage as search
+    import whalekit.weights.rsft as rsft
 
     seen: dict[str, set[str]] = {"rsft": set(), "search": set()}
 
@@ -246,7 +246,7 @@ def test_a_run_killed_right_after_a_search_evaluation_was_recorded_resumes_to_th
                                                                                              dies_at):
     """The window between the archive recording an evaluation and the driver committing the
     step: the resumed run must neither redo nor re-propose, nor spend a rollout more."""
-    import whalekit.search as search
+    import whalekit.search.stage as search
 
     straight = run_method(_config(tmp_path / "straight", "whale"), policy=load_policy("tiny-random"))
     original, calls = search.evaluate_candidates, []
@@ -269,7 +269,7 @@ def test_a_run_killed_right_after_a_search_evaluation_was_recorded_resumes_to_th
 def test_the_driver_commits_a_typed_state_and_resumes_a_schema_1_one_to_the_same_events(tmp_path, monkeypatch):
     """state.json is a RunState (schema 2); a run killed under the former dict (schema 1)
     resumes from it to the events of a run never killed."""
-    from whalekit.run_state import SCHEMA_VERSION, RunState
+    from whalekit.run.state import SCHEMA_VERSION, RunState
 
     straight = run_method(_config(tmp_path / "straight", "whale"), policy=load_policy("tiny-random"))
     assert straight.state()["schema_version"] == SCHEMA_VERSION == 2
@@ -299,7 +299,7 @@ def test_the_driver_commits_a_typed_state_and_resumes_a_schema_1_one_to_the_same
 
 _RUN_SCRIPT = """
 import sys
-from whalekit.whale import resolve_config, run_method
+from whalekit.run.driver import resolve_config, run_method
 run_method(resolve_config("smoke", domain="toy", method="whale", runs_root=sys.argv[1]))
 """
 
@@ -351,7 +351,7 @@ def test_i_counts_the_incoming_harness_as_iteration_1(tmp_path, count_incoming, 
 
 
 def test_each_harness_phase_gets_a_fresh_archive_seeded_with_the_incoming_harness(tmp_path):
-    from whalekit.archive import Archive, archive_folders
+    from whalekit.search.archive import Archive, archive_folders
 
     run = run_method(_config(tmp_path, "whale", budget=200), policy=load_policy("tiny-random"))
     folders = archive_folders(run.root / "archive")
@@ -413,7 +413,7 @@ class _PrototypingProposer:
 
 
 def test_a_proposers_prototype_runs_stay_charged_to_the_budget_across_harness_steps(tmp_path, monkeypatch):
-    from whalekit.proposers.prototype import prototype_rollouts
+    from whalekit.search.proposers.prototype import prototype_rollouts
 
     made = []
 

@@ -11,12 +11,12 @@ import dataclasses
 import pytest
 from run_fixtures import trajectory, write_run
 
-from whalekit.archive import Archive
+from whalekit.infra.runs import NoRunsError
 from whalekit.report import viewer, widgets
 from whalekit.repro.reproduce_plan import preset_with_runs
-from whalekit.rsft_loss import training_sequences
-from whalekit.runs import NoRunsError
+from whalekit.search.archive import Archive
 from whalekit.types import Turn
+from whalekit.weights.rsft_loss import training_sequences
 
 
 def test_only_completions_of_accepted_trajectories_are_marked_trained():

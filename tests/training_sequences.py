@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from whalekit.rsft_loss import IGNORE_INDEX
+from whalekit.weights.rsft_loss import IGNORE_INDEX
 
 
 def sequences(count: int = 7, seed: int = 0) -> list[tuple[list[int], list[int]]]:

@@ -16,8 +16,8 @@ from whalekit.harness import EpisodeState, FinalAnswer, FormatError, GenerationS
 from whalekit.types import Message, Task, TaskView, ToolCall, ToolResult, Trajectory, Turn
 
 _LAZY = {
-    "load_policy": "whalekit.models",
-    "Policy": "whalekit.models",
+    "load_policy": "whalekit.samplers.models",
+    "Policy": "whalekit.samplers.models",
     "get_domain": "whalekit.domains.base",
     "register_domain": "whalekit.domains.base",
     "Domain": "whalekit.domains.base",
@@ -25,14 +25,18 @@ _LAZY = {
     "Splits": "whalekit.domains.base",
     "Toolbox": "whalekit.domains.base",
     "Verdict": "whalekit.domains.base",
-    "rollout": "whalekit.engine",
-    "Episode": "whalekit.engine",
-    "InProcessHarness": "whalekit.engine",
-    "RolloutConfig": "whalekit.engine",
+    "rollout": "whalekit.rollouts.engine",
+    "Episode": "whalekit.rollouts.engine",
+    "InProcessHarness": "whalekit.rollouts.engine",
+    "RolloutConfig": "whalekit.rollouts.engine",
     "load_harness": "whalekit.episode",
-    "RolloutBudget": "whalekit.budget",
-    "Mechanism": "whalekit.mechanisms",
-    "apply_mechanism": "whalekit.mechanisms",
+    "RolloutBudget": "whalekit.rollouts.budget",
+    "run_method": "whalekit.run.driver",
+    "resolve_config": "whalekit.run.config",
+    "RunConfig": "whalekit.run.config",
+    "RunDir": "whalekit.infra.runs",
+    "Mechanism": "whalekit.domains.mechanisms",
+    "apply_mechanism": "whalekit.domains.mechanisms",
 }
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 This module, `whalekit.harness`, `whalekit.types`, `whalekit.episode` and the display-only
 `whalekit.harness_helpers` are the whole of whalekit a harness worker can import: they are
-mounted into its sandbox (see `whalekit.isolation.worker_spec`), under an empty
+mounted into its sandbox (see `whalekit.sandbox.isolation.worker_spec`), under an empty
 `whalekit/__init__.py`, so `import whalekit.harness` does not bring the package's
 registries, data loaders or splits. It reads requests as JSON lines on stdin and answers
 each on stdout. Every episode gets a fresh module namespace and a fresh harness instance,

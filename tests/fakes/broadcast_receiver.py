@@ -7,7 +7,7 @@ from typing import Any
 
 
 def receive(meeting: Any, rank: int, queue: Any) -> None:
-    from whalekit.backends.weight_broadcast import receive_buckets
+    from whalekit.rollouts.backends.weight_broadcast import receive_buckets
 
     got: list[dict[str, Any]] = []
     try:

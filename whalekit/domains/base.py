@@ -121,7 +121,7 @@ class Domain(ABC):
         return "no_answer" if trajectory.final_answer is None else "wrong_answer"
 
     def mechanisms(self) -> list[Any]:
-        """The domain's catalogue of harness mechanisms (whalekit.mechanisms.Mechanism)."""
+        """The domain's catalogue of harness mechanisms (whalekit.domains.mechanisms.Mechanism)."""
         return self._catalogue("CATALOGUE")
 
     def prompt_wordings(self) -> list[Any]:
@@ -131,7 +131,7 @@ class Domain(ABC):
 
     def compositions(self) -> list[Any]:
         """Shipped harnesses that are another plus catalogue mechanisms
-        (whalekit.mechanisms.Composition; e.g. the cpu preset's h0_cpu, chess h1)."""
+        (whalekit.domains.mechanisms.Composition; e.g. the cpu preset's h0_cpu, chess h1)."""
         return self._catalogue("COMPOSITIONS")
 
     def _catalogue(self, name: str) -> list[Any]:

@@ -22,7 +22,7 @@ class SimpleDomain(Domain):
     """`verify(task, answer)` returns a Verdict or a bool (correct, reward 1 or 0); `tools`
     maps a name to `tool(task_view, arguments) -> ToolResult`; `h0` is the source of a
     harness module (one Harness subclass, see whalekit.harness); `mechanisms` are the
-    whalekit.mechanisms.Mechanism edits the offline proposer may try."""
+    whalekit.domains.mechanisms.Mechanism edits the offline proposer may try."""
 
     def __init__(self, name: str, tasks: Sequence[Task], verify: Callable[[Task, str | None], Verdict | bool],
                  h0: str, tools: dict[str, Tool] | None = None, tools_description: str = "",

@@ -1,6 +1,6 @@
 """Reporting: what the runs wrote, read back as tables, figures, verdicts and the trace viewer.
 
-Above the core and the records (`whalekit.repro.results`), below the reproduction; nothing a
+Above the core and the records (`whalekit.records.results`), below the reproduction; nothing a
 run executes imports it (`tests/test_import_graph.py`, `tests/test_code_identity.py`), so an
 edit here never invalidates a committed record.
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from whalekit.methods import METHOD_LABELS, METHOD_ORDER
+from whalekit.infra.runs import read_jsonl_records
 from whalekit.report.plot_style import (
     FIGURE_RESAMPLES,
     PAPER_STYLE,
@@ -26,7 +26,7 @@ from whalekit.report.plot_style import (
 )
 from whalekit.report.run_summaries import RunSummary
 from whalekit.report.stats import Interval, seed_interval
-from whalekit.runs import read_jsonl_records
+from whalekit.run.methods import METHOD_LABELS, METHOD_ORDER
 
 
 def behaviour_keys(runs: list[RunSummary]) -> list[str]:

@@ -23,15 +23,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whalekit.budget import RSFT_PHASE, SEARCH_PHASE, RolloutBudget
-from whalekit.budget_accounting import BudgetAccounting
-from whalekit.config import RunConfig, resolve_config
-from whalekit.methods import METHOD_ORDER, method
 from whalekit.presets import load_preset
-from whalekit.run_state import RunState
-from whalekit.schedules import Schedule, Stage
-from whalekit.seams import StepRecord
-from whalekit.stage_scheduling import StageScheduler
+from whalekit.rollouts.budget import RSFT_PHASE, SEARCH_PHASE, RolloutBudget
+from whalekit.run.budget_accounting import BudgetAccounting
+from whalekit.run.config import RunConfig, resolve_config
+from whalekit.run.methods import METHOD_ORDER, method
+from whalekit.run.phases.base import StepRecord
+from whalekit.run.schedules import Schedule, Stage
+from whalekit.run.stage_scheduling import StageScheduler
+from whalekit.run.state import RunState
 
 BEGIN, END = "<!-- cost-model:begin -->", "<!-- cost-model:end -->"  # the doc's generated span
 

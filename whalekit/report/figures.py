@@ -19,11 +19,11 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from whalekit.archive import archive_holding
+from whalekit.infra.runs import NoRunsError
 from whalekit.presets import load_preset
+from whalekit.records.results import RESULTS_ROOT, check_same_code, choose_root, figures_dir
 from whalekit.report import behaviour_plots, lever_plots, plot_style, plots, run_summaries, tables
-from whalekit.repro.results import RESULTS_ROOT, check_same_code, choose_root, figures_dir
-from whalekit.runs import NoRunsError
+from whalekit.search.archive import archive_holding
 
 FIGURES_ROOT = Path("figures")
 
@@ -133,7 +133,7 @@ PARTS: tuple[Callable[[Path, str, Path], list[Path]], ...] = (main_comparison, b
 def write_figures(root: str | Path, preset: str, out: str | Path) -> list[Path]:
     """Every figure and table of `preset` from the runs under `root` (records or run
     directories) into `out`; the paths written. Runs made by different code raise
-    whalekit.repro.results.MixedRecordsError before anything is drawn."""
+    whalekit.records.results.MixedRecordsError before anything is drawn."""
     root, out = Path(root), Path(out)
     if not run_summaries.find_runs(root, preset):  # also the one-code-version check
         raise NoRunsError(f"no finished runs under {root / Path(preset).stem}", preset)

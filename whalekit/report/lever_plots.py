@@ -19,12 +19,12 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from whalekit.methods import METHOD_LABELS
 from whalekit.report.plot_style import CONTROL_COLOUR, PAGE_WIDTH, figure, legend, method_colour, paper_style, require
 from whalekit.report.run_summaries import DOMAIN_ORDER, RunSummary
 from whalekit.report.stage_effects import lever_totals
 from whalekit.report.stats import Interval, paired_difference, seed_interval
 from whalekit.report.tables import seed_scores
+from whalekit.run.methods import METHOD_LABELS
 
 LEVER_COLOURS = {"weight": "#4477AA", "harness": "#EE7733"}
 LEVER_LABELS = {"weight": "weight stages (RSFT)", "harness": "harness stages (search)"}

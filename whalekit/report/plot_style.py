@@ -22,8 +22,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from whalekit.methods import METHOD_COLOURS
 from whalekit.report.run_summaries import RunSummary
+from whalekit.run.methods import METHOD_COLOURS
 
 PAPER_STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
                "xtick.labelsize": 7, "ytick.labelsize": 7, "lines.linewidth": 1.4, "axes.spines.top": False,

@@ -1,10 +1,10 @@
 """The paper's figures, drawn with matplotlib from run directories or the committed
-records (whalekit.repro.results; never from notebook outputs), so `results/` alone reproduces
+records (whalekit.records.results; never from notebook outputs), so `results/` alone reproduces
 every figure: one run's curve, Figures 1b and 2 (accuracy), 4 (schedule grid), 6 (adaptive
 schedule) and the harness lineage. Figure 3 (behaviour) is `whalekit.report.behaviour_plots`; the
 look every figure shares (style, sizes, colours, saving) is `whalekit.report.plot_style`.
 
-Every figure uses the same colour per method (`whalekit.methods`), labels its axes with
+Every figure uses the same colour per method (`whalekit.run.methods`), labels its axes with
 units ("rollouts", "test mean@8 (%)"), is sized for a paper column (readable at 100 %),
 and `plot_style.save_figure` writes it as PNG and PDF.
 
@@ -31,7 +31,6 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from whalekit.methods import METHOD_LABELS, METHOD_ORDER
 from whalekit.report.plot_style import (
     ABSENT_COLOUR,
     COLUMN_WIDTH,
@@ -59,10 +58,11 @@ from whalekit.report.tables import (
     interval,
     schedule_label,
 )
-from whalekit.schedules import AdaptiveConfig
+from whalekit.run.methods import METHOD_LABELS, METHOD_ORDER
+from whalekit.run.schedules import AdaptiveConfig
 
 if TYPE_CHECKING:
-    from whalekit.archive import Archive
+    from whalekit.search.archive import Archive
 
 
 def _by_domain(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:

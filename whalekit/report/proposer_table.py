@@ -8,7 +8,7 @@ proposer the cpu preset uses) must always say exactly what is recorded, with n.
 
     python -m whalekit.report.proposer_table --results results/proposers --out docs/proposers.md
     # with the full WHALE runs with proposer=local beside the reproduction's (exported with
-    # whalekit.repro.results.export_run(run_dir, "results/whale-local")):
+    # whalekit.records.results.export_run(run_dir, "results/whale-local")):
     python -m whalekit.report.proposer_table --whale-local results/whale-local --whale-reference results
 """
 
@@ -164,7 +164,7 @@ _CPU_KINDS = {", AVX2, no native bf16": "AVX2", ", native bf16 (AVX512-BF16/AMX)
 
 def _cpu(run: RunSummary) -> str:
     """The CPU a run ran on, short: `bf16` (native bf16 kernels) or `AVX2` (float32 vLLM), then
-    the chip (`whalekit.cpu_info.cpu_kind`'s model name, trademarks dropped, e.g. `bf16, AMD EPYC`):
+    the chip (`whalekit.infra.cpu_info.cpu_kind`'s model name, trademarks dropped, e.g. `bf16, AMD EPYC`):
     the two kinds sample differently, so runs on different kinds differ beyond their seeds."""
     kind = str((run.config.get("provenance") or {}).get("cpu_kind", "?"))
     suffix = next((s for s in _CPU_KINDS if kind.endswith(s)), None)
@@ -300,7 +300,7 @@ def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
              "Qwen2.5-Coder-0.5B-Instruct. *valid*: candidates that passed validation (and, for the local models, at "
              "most 2 repairs) over all attempts; "
              "*novel*: valid candidates holding code no catalogue composition of their parent has "
-             "(`whalekit.proposers.novelty`); *best search*: the best search-split score seen, mean over seeds (%); "
+             "(`search.proposers.novelty`); *best search*: the best search-split score seen, mean over seeds (%); "
              "*test*: the accepted harness's test mean@8 (%), 95 % t-interval over seeds, per-seed values; "
              "*vs reflective*: paired per seed; *s / candidate*: wall seconds per attempt (for the local models, "
              "the model's own; for the others, the propose phase); *tokens out*: per valid candidate.", "",
@@ -310,7 +310,7 @@ def markdown(records: Sequence[dict[str, Any]], whale_local: Path | None = None,
              "reply that failed, and of a long reply (math reasoning) never its end, where the answer is; one 1.5B "
              "chess candidate copied a cut prompt line, marker included, into its harness. Now each message is cut "
              "in its middle and the episode's last replies and ending are always shown "
-             "(`whalekit.proposers.report.episode_text`).", "",
+             "(`whalekit.search.proposers.report.episode_text`).", "",
              "*rollout budget* (records under `results/proposers-v2/`, superseded; the v1 records too): the search "
              "had a rollout budget, not a budget of rounds. A round whose candidates all failed validation cost "
              "nothing and another round followed, until two such rounds in a row ended the run (whalekit's guard "

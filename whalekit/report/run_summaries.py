@@ -1,4 +1,4 @@
-"""Find and read finished run directories (or the committed records of whalekit.repro.results,
+"""Find and read finished run directories (or the committed records of whalekit.records.results,
 read the same way) as `RunSummary`s: the one place that decides which runs a table or figure
 is about.
 
@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whalekit.methods import METHOD_ORDER, SEARCH_METHODS
+from whalekit.infra.runs import RunDir, read_jsonl_records
 from whalekit.presets import load_preset
-from whalekit.repro.results import check_same_code
-from whalekit.runs import RunDir, read_jsonl_records
-from whalekit.schedules import parse_schedule
-from whalekit.whale import resolve_config
+from whalekit.records.results import check_same_code
+from whalekit.run.driver import resolve_config
+from whalekit.run.methods import METHOD_ORDER, SEARCH_METHODS
+from whalekit.run.schedules import parse_schedule
 
 DOMAIN_ORDER = ("chess", "math", "searchqa", "toy")
 # The three numbers of a run (`RunSummary.point`); the words beside each are tables.POINT_LABELS.
@@ -189,8 +189,8 @@ def load_run(path: str | Path) -> RunSummary:
 def find_runs(runs_root: str | Path, preset: str, domain: str | None = None, method: str | None = None,
               finished_only: bool = True, same_code: bool = True) -> list[RunSummary]:
     """Every run under runs_root/preset[/domain], optionally one method, in a stable order
-    (runs_root: run directories, or the committed records of whalekit.repro.results). With
-    `same_code`, runs made by different code raise whalekit.repro.results.MixedRecordsError."""
+    (runs_root: run directories, or the committed records of whalekit.records.results). With
+    `same_code`, runs made by different code raise whalekit.records.results.MixedRecordsError."""
     base = Path(runs_root) / Path(preset).stem
     folders = sorted(base.glob(f"{domain or '*'}/*/config.json"))
     runs = []

@@ -2,7 +2,7 @@
 every figure in `whalekit.report.plots` shares with them (intervals, h0, the floor, labels).
 
 Why here and not in the notebooks: a figure or table must be rebuilt from `runs/` or from
-the committed records in `results/` (whalekit.repro.results: thin run directories, read the
+the committed records in `results/` (whalekit.records.results: thin run directories, read the
 same way) alone, never from a notebook's outputs; which runs a table is about is decided
 once, in `whalekit.report.run_summaries`, where every set of runs is checked to come from one
 code version.
@@ -26,10 +26,10 @@ import pandas as pd
 
 from whalekit.domains.base import get_domain
 from whalekit.domains.chess.baselines import RandomBaseline, random_legal_move_score
-from whalekit.methods import METHOD_LABELS, METHOD_ORDER
+from whalekit.infra.runs import atomic_write
 from whalekit.report.run_summaries import DOMAIN_ORDER, POINTS, RunSummary, grid_runs, main_runs, point_k
 from whalekit.report.stats import N_RESAMPLES, Interval, paired_difference, seed_interval
-from whalekit.runs import atomic_write
+from whalekit.run.methods import METHOD_LABELS, METHOD_ORDER
 
 # The words every table and figure prints beside each of a run's numbers (run_summaries.POINTS).
 POINT_LABELS = {"final": "final test mean@{k} (%, after the whole budget)",

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from whalekit.domains.base import get_domain
-from whalekit.methods import METHOD_LABELS
 from whalekit.presets import load_preset
 from whalekit.report import run_summaries, tables
 from whalekit.report.run_summaries import RunSummary
@@ -41,6 +40,7 @@ from whalekit.report.stats import (
 )
 from whalekit.report.tables import floor_interval, interval
 from whalekit.report.threats import Threat, find_threats, markers, threats_markdown
+from whalekit.run.methods import METHOD_LABELS
 
 HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive at this size", "not yet measured"
 ZERO_START_SUFFIX = "-h0_faithful"

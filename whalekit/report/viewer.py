@@ -16,12 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from whalekit.archive import Archive, archive_folders, archive_holding
-from whalekit.model_files import load_tokenizer, resolve_model_dir
+from whalekit.infra.runs import NoRunsError, RunDir
+from whalekit.records.results import record_examples
 from whalekit.report import widgets
 from whalekit.report.run_summaries import default_run_name
-from whalekit.repro.results import record_examples
-from whalekit.runs import NoRunsError, RunDir
+from whalekit.samplers.model_files import load_tokenizer, resolve_model_dir
+from whalekit.search.archive import Archive, archive_folders, archive_holding
 from whalekit.types import Trajectory
 
 TEST_PREFIX = "test "  # sources named "test eval-000"; archive evaluations are "<id> @ w<version>"
@@ -35,7 +35,7 @@ def find_run_dirs(runs_root: str | Path, preset: str) -> list[Path]:
 def run_sources(run_root: str | Path) -> dict[str, list[Trajectory]]:
     """Everything a run kept that can be browsed: each test evaluation ('test eval-000')
     and each archive candidate's search-split evaluation ('<id> @ w<version>'); of a
-    committed record (whalekit.repro.results), the example trajectories of its final evaluation."""
+    committed record (whalekit.records.results), the example trajectories of its final evaluation."""
     run = RunDir(run_root)
     sources: dict[str, list[Trajectory]] = {}
     examples = record_examples(run.root)  # a committed record keeps whole trajectories only there

@@ -24,9 +24,9 @@ import os
 import re
 from typing import Any
 
-from whalekit.archive import Archive, normalise_source
-from whalekit.rsft_loss import training_sequences
+from whalekit.search.archive import Archive, normalise_source
 from whalekit.types import Trajectory
+from whalekit.weights.rsft_loss import training_sequences
 
 ROLE_COLOURS = {"system": "#F2F2F2", "user": "#EAF2FB", "assistant": "#FFFFFF"}
 TRAINED_BACKGROUND = "#C8F0C8"
@@ -98,7 +98,7 @@ def token_pieces(tokenizer: Any, ids: list[int]) -> list[tuple[list[int], str, b
 
 def trained_turns(trajectory: Trajectory, accepted: bool | None = None, max_seq_len: int = 1024) -> list[bool]:
     """Per turn: are its completion tokens part of RSFT's training batch? Exactly the rule
-    of `whalekit.rsft_loss.training_sequences`: the trajectory was accepted (default: the
+    of `whalekit.weights.rsft_loss.training_sequences`: the trajectory was accepted (default: the
     verifier judged it correct), the turn generated tokens, and prompt + completion fit
     in `max_seq_len`."""
     accepted = trajectory.correct if accepted is None else accepted

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whalekit.repro.code_identity import PACKAGE_DIR, RunCode, ledger_entries, ledger_path, register
-from whalekit.shutdown import exit_on_sigterm
+from whalekit.infra.shutdown import exit_on_sigterm
+from whalekit.records.code_identity import PACKAGE_DIR, RunCode, ledger_entries, ledger_path, register
 
 TIME_FIELDS = frozenset({"timing", "wall_s"})
 SMOKE_RUNS = (*(("math", m) for m in ("whale", "weight_only", "harness_only", "fst", "stagewise",
@@ -94,7 +94,8 @@ def export_commit(commit: str, into: Path, repo: Path = PACKAGE_DIR.parent) -> P
 def _run(code_root: Path, runs_root: Path, preset: str, domain: str, method: str, extra: Sequence[str]) -> Path:
     """One run with the package under `code_root` first on the path; its run directory."""
     env = {**os.environ, "PYTHONPATH": str(code_root)}
-    command = [sys.executable, "-m", "whalekit.cli", "run", "--domain", domain, "--method", method, "--preset",
+    cli = "whalekit.cli.main" if (code_root / "whalekit" / "cli" / "main.py").exists() else "whalekit.cli"
+    command = [sys.executable, "-m", cli, "run", "--domain", domain, "--method", method, "--preset",
                preset, "--seed", "0", "--runs-root", str(runs_root), "--set", "sampler=hf", *extra]
     done = subprocess.run(command, cwd=code_root, env=env, capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:

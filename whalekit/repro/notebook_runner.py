@@ -22,11 +22,11 @@ from typing import Any
 
 from jupyter_client import AsyncKernelManager
 
-from whalekit.progress import OverallProgress, RunWatcher
+from whalekit.infra.progress import OverallProgress, RunWatcher
+from whalekit.infra.runs import RunDir
 from whalekit.report.widgets import HEADLESS_ENV
 from whalekit.repro.reproduce_plan import DOMAIN_RUN, NOTEBOOK_DIR, Job, job_costs
 from whalekit.repro.run_set import Records
-from whalekit.runs import RunDir
 
 
 def reusable(job: Job) -> bool:
@@ -99,7 +99,7 @@ def run_jobs(jobs: list[Job], notebook_dir: Path = NOTEBOOK_DIR, kernel: str = "
              parallel: int = 1, records: Records | None = None) -> list[dict[str, Any]]:
     """Execute the jobs in order: a line per stage a run finishes (read from its events,
     the notebook's own output is not shown) and a line per job with the overall share of
-    the work done and an ETA (whalekit.progress); returns and saves the timings.
+    the work done and an ETA (whalekit.infra.progress); returns and saves the timings.
     `parallel` > 1 runs that many domain-run notebooks at once (each in its own kernel);
     the quickstart still runs first and the analysis notebooks after every run. Worth it
     where a run's time is mostly one-threaded Python (imports, the tiny model: the smoke

@@ -31,20 +31,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from whalekit.infra.runs import RunDir
+from whalekit.infra.shutdown import exit_on_sigterm
 from whalekit.presets import load_preset
-from whalekit.provenance import REUSE_ENV, provenance, provenance_changes, recorded_provenance
+from whalekit.records.results import export_run, records_dir
 from whalekit.repro.notebook_runner import run_jobs
 from whalekit.repro.reproduce_plan import METHODS, QUICKSTART, Job, plan, run_set_defaults
-from whalekit.repro.results import export_run, records_dir
 from whalekit.repro.run_set import Deadline, Records
-from whalekit.runs import RunDir
-from whalekit.shutdown import exit_on_sigterm
+from whalekit.run.provenance import REUSE_ENV, provenance, provenance_changes, recorded_provenance
 
 
 def foreign_runs(jobs: list[Job]) -> list[tuple[Job, list[str]]]:
     """The jobs whose run directory holds a run (finished or not) made by other code or
     with another sampler than the current ones, each with how its provenance differs
-    (whalekit.provenance; a run that recorded none counts as foreign)."""
+    (whalekit.run.provenance; a run that recorded none counts as foreign)."""
     current: dict[str, dict[str, Any]] = {}  # by requested sampler: hashing the package once each
     found = []
     for job in jobs:

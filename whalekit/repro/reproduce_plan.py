@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whalekit.config import check_not_stale, resolve_config
-from whalekit.methods import METHOD_NAMES
+from whalekit.infra.runs import NoRunsError, RunDir
 from whalekit.presets import load_preset
-from whalekit.repro.results import figures_dir
+from whalekit.records.results import figures_dir
 from whalekit.repro.run_set import PlannedRun
-from whalekit.runs import NoRunsError, RunDir
-from whalekit.schedules import parse_schedule
+from whalekit.run.config import check_not_stale, resolve_config
+from whalekit.run.methods import METHOD_NAMES
+from whalekit.run.schedules import parse_schedule
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 METHODS = METHOD_NAMES
@@ -140,7 +140,7 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
     `domains` defaults to the preset's domains except the toy one (which exists for
     mechanics), unless toy is all there is. Runs go under `runs_root/<preset>/`; figures
     default to `figures_dir(preset)`. The analysis notebooks read the records under `results`
-    (whalekit.repro.results.choose_root: the runs when it holds none of the preset)."""
+    (whalekit.records.results.choose_root: the runs when it holds none of the preset)."""
     data = load_preset(preset)
     preset_name = Path(preset).stem
     runs_root = Path(runs_root).resolve()

@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whalekit.config import RunConfig, config_changes
-from whalekit.cpu_info import cpu_kind
-from whalekit.progress import format_duration
-from whalekit.provenance import git_commit, git_tag
-from whalekit.repro.code_identity import RunCode, ledger_entries
-from whalekit.repro.results import record_path
-from whalekit.runs import RunDir, atomic_write
+from whalekit.infra.cpu_info import cpu_kind
+from whalekit.infra.progress import format_duration
+from whalekit.infra.runs import RunDir, atomic_write
+from whalekit.records.code_identity import RunCode, ledger_entries
+from whalekit.records.results import record_path
+from whalekit.run.config import RunConfig, config_changes
+from whalekit.run.provenance import git_commit, git_tag
 
 RECORDED, LEFT, OTHER_CODE, OTHER_CONFIG = "recorded", "left", "other code", "other configuration"
 TIER_TITLES = {
@@ -174,7 +174,7 @@ def write_status(runs: Sequence[PlannedRun], states: Sequence[RecordState], path
              f"from commit `{commit[:12]}`" + (f" (tag `{tag}`)" if tag else " (no tag)") + ".",
              f"**{len(runs) - left} of {len(runs)} runs recorded, {left} left.** {eta_text(runs, states, cpu)}.",
              "A run counts when its record under results/ has this configuration and was made by code that runs "
-             "as this code does (every module a run executes byte-identical: `whalekit.repro.code_identity`, ledger "
+             "as this code does (every module a run executes byte-identical: `whalekit.records.code_identity`, ledger "
              "`results/run_code.json`); `other code` and `other configuration` records are made again.", ""]
     if running:
         lines += [f"Running now: `{running}`.", ""]
@@ -215,7 +215,7 @@ class Deadline:
 class Records:
     """A chunk's view of the run set while it works: which runs are recorded, the deadline,
     and, after each run, the record exported (`export(run_dir, results_root)`, i.e.
-    whalekit.repro.results.export_run) and STATUS.md rewritten. `stopped` turns true when the
+    whalekit.records.results.export_run) and STATUS.md rewritten. `stopped` turns true when the
     deadline keeps a run from starting; the chunk then ends at that run boundary."""
 
     def __init__(self, runs: Sequence[PlannedRun], results_root: Path, export: Any, deadline: Deadline | None = None,

@@ -7,11 +7,10 @@ engine never re-tokenises decoded text, so training sees exactly what was sample
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from whalekit.seams import TokenizerLike
+from pathlib import Path
+from typing import Any, Protocol
 
 
 @dataclass
@@ -131,3 +130,40 @@ class ChoiceTrie:
                 return None
             node = node[tok]
         return [self.eos_id if tok == self.END else tok for tok in node]
+
+
+class TokenizerLike(Protocol):
+    """A tokenizer as the engine and samplers use it (transformers', or a test's)."""
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = ...) -> str: ...
+
+    def apply_chat_template(self, messages: list[dict[str, Any]], add_generation_prompt: bool = ...,
+                            tokenize: bool = ..., return_dict: bool = ...) -> Any: ...
+
+
+
+class PolicyLike(Protocol):
+    """What the trainer needs of a policy (whalekit.samplers.models.Policy): the weights' folder, the
+    tokenizer and the sampler that receives the trained weights."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def tokenizer(self) -> Any: ...  # a transformers tokenizer: pad_token_id, chat template
+
+    @property
+    def sampler(self) -> Sampler: ...
+
+
+
+class AdapterSampler(Protocol):
+    """A sampler that applies LoRA adapters at run time (vLLM started with `lora_rank`): the
+    trainer hands it the adapter instead of merged weights."""
+
+    lora_rank: int
+    base_modified: bool  # the base weights were overwritten: adapters no longer apply to them
+
+    def load_lora_adapter(self, folder: Path) -> None: ...

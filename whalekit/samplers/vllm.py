@@ -32,10 +32,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from whalekit.cpu_info import cpu_has_native_bf16
-from whalekit.lifetime import owned_temp_folder, sweep_stale_shared_files
-from whalekit.model_files import cache_dir, load_tokenizer
+from whalekit.infra.cpu_info import cpu_has_native_bf16
+from whalekit.infra.lifetime import owned_temp_folder, sweep_stale_shared_files
 from whalekit.samplers.base import Completion, GenerationRequest, Sampler, SamplingParams
+from whalekit.samplers.model_files import cache_dir, load_tokenizer
 from whalekit.samplers.vllm_sync import SharedWeights
 
 INSTALL_HINT = (
@@ -406,7 +406,7 @@ def _rpc_folder() -> Path | None:
     after a clean shutdown: every engine start left about seven socket files in /tmp for good
     (255 after a day of runs and tests), and a `vllm_dist_<uuid>` file. In a folder of this
     sampler's they go with it: `close()` removes it, and if the driver dies first the next
-    engine start's sweep does (whalekit.lifetime.owned_temp_folder). None where the user has
+    engine start's sweep does (whalekit.infra.lifetime.owned_temp_folder). None where the user has
     set VLLM_RPC_BASE_PATH: their setting wins."""
     if os.environ.get("VLLM_RPC_BASE_PATH"):
         return None

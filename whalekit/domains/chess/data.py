@@ -24,7 +24,7 @@ from typing import Any
 import chess
 
 from whalekit.domains.chess.environment import check_notation, observation
-from whalekit.errors import DataError
+from whalekit.infra.errors import DataError
 from whalekit.types import Task
 
 LICHESS_COLUMNS = ("PuzzleId", "FEN", "Moves", "Rating", "RatingDeviation", "Popularity", "NbPlays", "Themes",

@@ -28,8 +28,8 @@ from pathlib import Path
 import chess
 
 from whalekit.domains.chess.data import Puzzle
-from whalekit.model_files import cache_dir
-from whalekit.runs import atomic_write
+from whalekit.infra.runs import atomic_write
+from whalekit.samplers.model_files import cache_dir
 
 _LOOK_BACK = 4  # positions of the mating side examined before a game's final mate
 

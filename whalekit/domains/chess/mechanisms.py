@@ -8,13 +8,13 @@ import it; `whalekit.harness_helpers.chess_display` draws boards from a FEN), an
 legal wrong move is never turned into another move. Each proposal is meant to test one
 mechanism; mechanisms on different hooks still compose.
 
-    from whalekit.mechanisms import apply_mechanism
+    from whalekit.domains.mechanisms import apply_mechanism
     source = apply_mechanism(domain.initial_harness_source(), BY_NAME["lenient_parser"])
 """
 
 from __future__ import annotations
 
-from whalekit.mechanisms import Composition, Mechanism
+from whalekit.domains.mechanisms import Composition, Mechanism
 
 piece_lists = Mechanism(
     name="piece_lists",

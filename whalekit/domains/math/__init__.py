@@ -20,7 +20,7 @@ from typing import Any
 
 from whalekit.domains.base import Domain, Splits, Toolbox, Verdict, split_disjoint
 from whalekit.domains.math import data, generator, tools, verifier
-from whalekit.python_tool import SandboxLimits
+from whalekit.sandbox.python_tool import SandboxLimits
 from whalekit.types import Task, Trajectory
 
 # The calibrated preset: mostly single-step small-number arithmetic, a few harder

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from whalekit.errors import DataError
-from whalekit.runs import read_jsonl
+from whalekit.infra.errors import DataError
+from whalekit.infra.runs import read_jsonl
 from whalekit.types import Task
 
 DOMAIN = "math"

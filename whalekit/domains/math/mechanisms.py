@@ -6,13 +6,13 @@ Most set one of h0's lever attributes, so they compose freely; the others replac
 hook each. Two mechanisms conflict only when they replace the same hook
 (`lenient_code_blocks` and `strict_boxed_answer` both replace `parse`).
 
-    from whalekit.mechanisms import apply_mechanism
+    from whalekit.domains.mechanisms import apply_mechanism
     source = apply_mechanism(h0_source, BY_NAME["code_prefill"])
 """
 
 from __future__ import annotations
 
-from whalekit.mechanisms import Composition, Mechanism
+from whalekit.domains.mechanisms import Composition, Mechanism
 
 CODE_PREFILL = Mechanism(
     name="code_prefill",

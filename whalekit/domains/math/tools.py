@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from whalekit.domains.base import Toolbox
-from whalekit.python_tool import SandboxLimits, run_python
+from whalekit.sandbox.python_tool import SandboxLimits, run_python
 from whalekit.types import TaskView, ToolResult
 
 TOOLS_DESCRIPTION = """\

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whalekit.errors import DataError
-from whalekit.runs import read_jsonl
+from whalekit.infra.errors import DataError
+from whalekit.infra.runs import read_jsonl
 
 
 class DataFormatError(DataError):

@@ -5,13 +5,13 @@ wrong_answer_given_hit, context_overflow). Mechanisms that share a hook cooperat
 through class attributes (`docs_shown`, `doc_chars`, `forced_search`) read with
 `getattr`, so they compose in any order: every one applies to h0 and to the others.
 
-    from whalekit.mechanisms import apply_mechanism
+    from whalekit.domains.mechanisms import apply_mechanism
     source = apply_mechanism(h0_source, BY_NAME["forced_first_search"])
 """
 
 from __future__ import annotations
 
-from whalekit.mechanisms import Composition, Mechanism
+from whalekit.domains.mechanisms import Composition, Mechanism
 
 _FORMAT_RESULTS = '''
 def format_tool_result(self, result, state):

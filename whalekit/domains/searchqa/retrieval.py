@@ -2,7 +2,7 @@
 interface it shares with dense retrieval (`dense.py`: e5 + FAISS, the authors' retriever).
 
 The index is built once per corpus and stored under
-`whalekit.model_files.cache_dir() / "bm25" / <corpus fingerprint>`, so every later process
+`whalekit.samplers.model_files.cache_dir() / "bm25" / <corpus fingerprint>`, so every later process
 (rollout workers, notebooks) loads it in milliseconds instead of re-tokenising. The
 search returns top-k documents with scores and ids and nothing more: how many to show,
 how to cut them and how to rewrite the query are the harness's decisions.
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from whalekit.domains.searchqa.data import Document, corpus_fingerprint
-from whalekit.model_files import cache_dir
+from whalekit.samplers.model_files import cache_dir
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")  # what cut_to_tokens counts as one token
 INDEX_VERSION = 1  # bump when tokenisation or BM25 parameters change: old caches are ignored

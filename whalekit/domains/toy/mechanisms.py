@@ -10,7 +10,7 @@ attributes, imports, module helpers) the real domains' catalogues use.
     source = apply_mechanism(h0_source, CATALOGUE[0])
 """
 
-from whalekit.mechanisms import Mechanism
+from whalekit.domains.mechanisms import Mechanism
 
 CATALOGUE: list[Mechanism] = [
     Mechanism(

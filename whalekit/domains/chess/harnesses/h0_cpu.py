@@ -2,7 +2,7 @@
 for a 135M model (the reply constrained to one listed legal move in the answer tag).
 
 Generated: h0.py plus the catalogue mechanisms legal_move_choice
-(whalekit/domains/chess/mechanisms.py), applied in that order by `python -m whalekit.compositions`.
+(whalekit/domains/chess/mechanisms.py), applied in that order by `python -m whalekit.search.compositions`.
 Do not edit: change the composition or the mechanisms and regenerate; tests/test_cpu_start.py checks it."""
 import re
 from whalekit.harness import FormatError, GenerationSettings, Harness, ToolCalls

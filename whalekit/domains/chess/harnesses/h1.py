@@ -5,7 +5,7 @@ certain and only the choice is the model's) and compact_history (only the curren
 observation is shown, without earlier replies). No chess knowledge, no move ranking.
 
 Generated: h0.py plus the catalogue mechanisms compact_legal_moves, legal_move_choice, compact_history
-(whalekit/domains/chess/mechanisms.py), applied in that order by `python -m whalekit.compositions`.
+(whalekit/domains/chess/mechanisms.py), applied in that order by `python -m whalekit.search.compositions`.
 Do not edit: change the composition or the mechanisms and regenerate; tests/test_cpu_start.py checks it."""
 import re
 from whalekit.harness import FormatError, GenerationSettings, Harness, ToolCalls

@@ -2,7 +2,7 @@
 for a 135M model (a worked exchange, a boxed-answer prefill after a tool output).
 
 Generated: h0.py plus the catalogue mechanisms few_shot_worked_example, boxed_prefill_after_output
-(whalekit/domains/math/mechanisms.py), applied in that order by `python -m whalekit.compositions`.
+(whalekit/domains/math/mechanisms.py), applied in that order by `python -m whalekit.search.compositions`.
 Do not edit: change the composition or the mechanisms and regenerate; tests/test_cpu_start.py checks it."""
 import re
 from whalekit.harness import FinalAnswer, GenerationSettings, Harness, ToolCalls

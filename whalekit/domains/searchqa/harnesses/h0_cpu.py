@@ -2,7 +2,7 @@
 for a 135M model (a worked exchange, search/answer tag prefills).
 
 Generated: h0.py plus the catalogue mechanisms few_shot_example, phase_prefill
-(whalekit/domains/searchqa/mechanisms.py), applied in that order by `python -m whalekit.compositions`.
+(whalekit/domains/searchqa/mechanisms.py), applied in that order by `python -m whalekit.search.compositions`.
 Do not edit: change the composition or the mechanisms and regenerate; tests/test_cpu_start.py checks it."""
 import json
 import re

@@ -1,0 +1,1 @@
+"""The `whalekit` command and its subcommands."""

@@ -1,0 +1,1 @@
+"""Run directories, timing, progress, tracking, shutdown, process lifetime, memory and CPU facts."""

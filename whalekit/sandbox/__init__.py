@@ -1,0 +1,1 @@
+"""The one operating-system boundary (bubblewrap), the harness workers behind it and the Python tool."""

@@ -1,0 +1,1 @@
+"""The weight lever: RSFT (trainer, config, loss, optimiser) and its distributed ranks."""
