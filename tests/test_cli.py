@@ -202,3 +202,13 @@ def test_a_stale_run_directory_is_one_line_naming_the_change_and_exit_2(capsys, 
                              "--runs-root", str(tmp_path))
     line = one_line_error(err)
     assert code == 2 and out == "" and "budget" in line
+
+
+def test_the_reproduction_and_reports_are_subcommands_of_the_one_command(capsys, tmp_path):
+    assert cli.main(["reproduce", "--preset", "smoke", "--dry-run", "--runs-root", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "02_domain_run math/whale-" in out and "runs recorded" in err
+    for name in cli.PROGRAMS:
+        with pytest.raises(SystemExit) as done:
+            cli.main([name, "--help"])
+        assert done.value.code == 0 and "usage:" in capsys.readouterr().out, name

@@ -8,6 +8,7 @@ and score or check one harness file.
     whalekit report --timing runs/cpu/chess/*     # where each run's time went
     whalekit eval --domain toy --harness my_harness.py --preset smoke --split search --samples 4
     whalekit validate my_harness.py --domain toy
+    whalekit reproduce --preset smoke                # and figures, verdicts, proposers, cost: their own --help
 
 Errors in what was typed (unknown `--set` keys, bad values, paths that are not runs) are one
 line on stderr and exit status 2; `validate` exits 1 when the harness is rejected.
@@ -16,6 +17,7 @@ line on stderr and exit status 2; `validate` exits 1 when the harness is rejecte
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from importlib import metadata
@@ -117,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="a table of where each run's time went (sample, train, sync, test_eval, propose, ...)")
     report_p.set_defaults(handler=_report)
     cli_harness.add_commands(sub, _add_config_flags)
+    for name, (module, what) in PROGRAMS.items():  # listed in the help; main() hands them their arguments
+        sub.add_parser(name, help=f"{what} (`whalekit {name} --help`; also `python -m {module}`)")
     return parser
 
 
@@ -161,7 +165,22 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+# Subcommands that are whole programs of their own (`python -m <module>` still works): the rest of
+# the command line goes to the module's own parser, so `whalekit reproduce --help` is its help.
+PROGRAMS = {
+    "reproduce": ("whalekit.repro.reproduce", "the paper's reproduction for a preset (`make reproduce`)"),
+    "figures": ("whalekit.report.figures", "every figure and table of a preset from its records (`make figures`)"),
+    "verdicts": ("whalekit.report.verdicts", "the paper's claims, decided from the records at their seeds"),
+    "proposers": ("whalekit.report.proposer_table", "the proposer table (docs/proposers.md) from its records"),
+    "cost": ("whalekit.report.cost_model", "what a paper-scale run costs: rollouts, tokens, GPU-hours"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words and words[0] in PROGRAMS:
+        program = importlib.import_module(PROGRAMS[words[0]][0])  # loaded only when asked for: reporting is heavy
+        return int(program.main(words[1:]) or 0)
     args = build_parser().parse_args(argv)  # argparse's own usage errors also exit with status 2
     if argv is None:  # the `whalekit` command (not a call from Python): a killed run closes its
         exit_on_sigterm()  # sampler (vLLM's engine process) instead of leaving it behind

@@ -16,9 +16,9 @@ not modelled.
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -324,15 +324,18 @@ def generated_span(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m whalekit.report.cost_model",
+                                     description="what a paper-scale run costs: rollouts, tokens and GPU-hours")
+    parser.add_argument("--write", metavar="DOC", default=None,
+                        help="replace the table between the cost-model markers of DOC (docs/scaling.md) "
+                             "instead of printing it")
+    args = parser.parse_args(argv)
     table = cost_table()
-    if args[:1] == ["--write"] and len(args) == 2:
-        path = Path(args[1])
+    if args.write:
+        path = Path(args.write)
         path.write_text(replace_table(path.read_text(encoding="utf-8"), table), encoding="utf-8")
-    elif not args:
-        print(table)
     else:
-        raise SystemExit("usage: python -m whalekit.report.cost_model [--write DOC]")
+        print(table)
 
 
 if __name__ == "__main__":
