@@ -107,7 +107,7 @@ def test_the_weight_rule_windows_the_stages_rewards_and_switches_after_the_patie
 
 
 class _WeightPhaseOfBatches:
-    """A weight phase whose every epoch length is `batches` of its steps (seams.WeightPhase's epoch_steps)."""
+    """A weight phase whose every epoch length is `batches` of its steps (run.phases.base.WeightPhase's epoch_steps)."""
 
     def __init__(self, batches: int):
         self.batches = batches

@@ -1,8 +1,8 @@
 """The WHALE driver, the paper's Algorithm 1 (`_Driver.algorithm_1`): after the initial
 evaluation, while the budget has room, take the stage the schedule gives, step its phase
-(`seams.Phase`: an RSFT batch, a search iteration), log the step, close the stage when it
+(`run.phases.base.Phase`: an RSFT batch, a search iteration), log the step, close the stage when it
 is finished and evaluate what changed, commit; finally evaluate the last agent. A killed
-run resumes from its run directory. The phases (rsft_phase, search_phase; which: the
+run resumes from its run directory. The phases (run.phases.rsft, .search; which: the
 method's row), the stage rules (stage_scheduling) and the budget's (budget_accounting) live
 beside it; they report, and the driver writes the run state (a phase's step records its own
 step). Test tasks only reach `evaluate_test`, which charges nothing and writes nowhere a

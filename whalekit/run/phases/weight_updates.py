@@ -1,6 +1,6 @@
 """Weight updates by name: a method row's `weight_update` -> the factory of the weight phase
 the driver steps. One table, like the proposers' (whalekit.search.proposers.registry): a new
-weight update (GRPO, DPO, ...) is one module with a class that fits `seams.WeightPhase`
+weight update (GRPO, DPO, ...) is one module with a class that fits `run.phases.base.WeightPhase`
 (kind "weight") plus one line here, and a method row that names it (README, "Extending").
 
     phase = make_weight_update("rsft", parts)      # parts: whalekit.run.parts.RunParts
