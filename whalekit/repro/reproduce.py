@@ -143,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     defaults = run_set_defaults(load_preset(args.preset))
     left = records.left()
     if left and defaults["confirm"] and not args.yes and not _confirmed(left):
-        print(f"{left} run(s) left to make, which takes hours on this machine: nothing started. `make reproduce "
-              f"YES=1` (or --yes) starts them, `MAX_HOURS=N` in chunks; `make reproduce DRY_RUN=1` lists them",
+        print(f"{left} run(s) left to make (the ETA above): nothing started. `make reproduce YES=1` (or --yes) "
+              f"starts them, `MAX_HOURS=N` in chunks that stop cleanly; `make reproduce DRY_RUN=1` lists them",
               file=sys.stderr)
         return 2
     if not left:
