@@ -14,6 +14,7 @@ code version.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -100,23 +101,26 @@ def floor_scores(runs: list[RunSummary], score: Callable[..., Any] | None = None
     argument of the tables: domain -> seed -> score(tasks, k=, seed=). `score` defaults to
     whalekit.domains.chess.baselines.random_legal_move_score (chess runs only), whose value is
     kept beside the records (`FLOOR_FILE`): regenerating the puzzles takes minutes a seed."""
-    cached = score is None
+    kept = score is None
     if score is None:
         score = random_legal_move_score
         runs = [r for r in runs if r.domain == "chess"]
     out: dict[str, dict[int, Any]] = {}
     for domain, seeds in initial_runs(runs).items():
         for run in seeds:
-            c = run.config
+            def compute(run: RunSummary = run) -> Any:
+                return score(_test_tasks(run), k=run.k, seed=run.seed)
 
-            def compute(c: dict[str, Any] = c, run: RunSummary = run) -> Any:
-                splits = get_domain(run.domain, **c.get("domain_options", {})).load_splits(
-                    n_train=c["n_train"], n_search=c["n_search"], n_test=c["n_test"], seed=run.seed,
-                    **c.get("split_options", {}))
-                return score(splits.test, k=run.k, seed=run.seed)
-
-            out.setdefault(domain, {})[run.seed] = _kept_floor(run, compute) if cached else compute()
+            out.setdefault(domain, {})[run.seed] = _kept_floor(run, compute) if kept else compute()
     return out
+
+
+def _test_tasks(run: RunSummary) -> list[Any]:
+    """The test problems of `run`'s seed, made again from its configuration."""
+    c = run.config
+    return get_domain(run.domain, **c.get("domain_options", {})).load_splits(
+        n_train=c["n_train"], n_search=c["n_search"], n_test=c["n_test"], seed=run.seed,
+        **c.get("split_options", {})).test
 
 
 FLOOR_FILE = "random_floor-s{seed}.json"  # beside a domain's runs: <root>/<preset>/<domain>/
@@ -140,6 +144,7 @@ def _kept_floor(run: RunSummary, compute: Callable[[], Any]) -> RandomBaseline:
     return floor
 
 
+@functools.cache
 def _domain_code_sha256(domain: str) -> str:
     """The hash of a built-in domain's source files: a change to how its problems are made
     voids a kept floor."""

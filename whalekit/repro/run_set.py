@@ -160,8 +160,11 @@ def unchanged_but_header(path: Path, text: str) -> bool:
     line: a pass that changed no run's state leaves STATUS.md (tracked) as it was."""
     if not path.exists():
         return False
-    strip = lambda body: [line for line in body.splitlines() if not line.startswith("Written by ")]  # noqa: E731
-    return strip(path.read_text(encoding="utf-8")) == strip(text)
+
+    def body(text: str) -> list[str]:
+        return [line for line in text.splitlines() if not line.startswith("Written by ")]
+
+    return body(path.read_text(encoding="utf-8")) == body(text)
 
 
 def write_status(runs: Sequence[PlannedRun], states: Sequence[RecordState], path: Path, cpu: str,
@@ -247,9 +250,8 @@ class Records:
         estimate = estimate_s(run, self.runs, self.states, self.cpu)
         if self.deadline.allows(estimate):
             return True
-        left = sum(s.state != RECORDED for r, s in zip(self.runs, self.states) if r.key in self.selected)
         self.log(f"--max-hours reached before {run.key} (estimate {format_duration(estimate)}): stopping at this "
-                 f"run boundary with {left} run(s) left; run the same command again to continue")
+                 f"run boundary with {self.left()} run(s) left; run the same command again to continue")
         return False
 
     def started(self, run: PlannedRun) -> None:
