@@ -1,21 +1,30 @@
-"""The RSFT step's two savings, timed against the step without them in the same process.
+"""The RSFT step's savings, timed against the recorded runs' step in the same process.
 
-Why: on a CPU the weight phase is most of a run (search QA, weight_only, AMD EPYC AVX2:
-76 % of the wall time was training). Two things a step did not need to compute:
-  * packed turns: turn k+1's prompt holds turn k's prompt and completion, so training
-    each turn as its own sequence runs that prefix again; one sequence per episode with
-    the completions labelled (the authors' verl agent loop) gives the same loss;
-  * trained positions only: the vocabulary projection (49k x 576 for SmolLM2-135M) and
-    its fp32 softmax ran on every position, though an RSFT batch trains on a few percent.
+Why: on a CPU the weight phase is about half of a WHALE run (the cpu records: 34-62 % of a
+run's wall time was training). What a step did not need to compute, each giving the same loss
+and gradients up to float rounding (tests/test_rsft.py, tests/test_shared_prefix.py):
+  * packed turns: turn k+1's prompt holds turn k's prompt and completion; one sequence per
+    episode with the completions labelled (the authors' verl agent loop) runs it once;
+  * trained positions only: the vocabulary projection (49k x 576 for SmolLM2-135M) runs only
+    where a token is trained (a few percent of an RSFT batch's positions);
+  * a shared prompt prefix (`rsft.shared_prefix_tokens`): a problem's accepted trajectories
+    begin with its prompt, which is run once, its keys and values attended to by each
+    continuation and its gradient summed over them;
+  * eager attention (`rsft.attention: auto` on CPU): SDPA's CPU kernels are slower at these
+    shapes, most of all with the padding mask and a cache;
+  * checkpointing only where it saves memory (`rsft.checkpoint_min_tokens`).
 
-Both give the same loss and gradients (tests/test_rsft.py checks it to 1e-5). This bench
-builds accepted episodes of a measured shape from fixed ids, and times forward + backward
-of `token_normalised_loss` on the LoRA model the trainer builds: the baseline (per-turn
-sequences, every position's logits), each saving alone, and both, interleaved over
-`--repeats` rounds so a noisy machine slows all alike. It prints tokens pushed through the
-model and the ratio of each to the baseline.
+The recorded runs (cpu-repro-2, commit 8e740fb) trained with the first two, SDPA and no
+checkpointing; the code's default since turns checkpointing on. This bench builds accepted
+episodes of a measured shape from fixed ids, `--per-problem` of them sharing a problem's
+prompt, and times forward + backward of `token_normalised_loss` on the LoRA model the trainer
+builds, each variant interleaved over `--repeats` rounds so a noisy machine slows all alike. It
+prints each variant's step time, the tokens the recorded step pushes through the model per
+second of it (the same tokens for every variant: what the step trains on), and the ratio to the
+recorded runs' step.
 
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/rsft_speed.py                  # search QA's shape
+    flock /tmp/whalekit-cpu.lock .venv/bin/python bench/rsft_speed.py --per-problem 2
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/rsft_speed.py --shape chess
     flock /tmp/whalekit-cpu.lock .venv/bin/python bench/rsft_speed.py --model tiny-random --repeats 1
 
@@ -30,6 +39,7 @@ import argparse
 import random
 import time
 from statistics import median
+from typing import Any
 
 from whalekit.domains.toy import ToyDomain
 from whalekit.infra.cpu_info import cpu_kind
@@ -38,7 +48,7 @@ from whalekit.samplers.models import load_policy
 from whalekit.types import Trajectory, Turn
 from whalekit.weights.rsft import RSFTTrainer, bf16_supported
 from whalekit.weights.rsft_config import RSFTConfig
-from whalekit.weights.rsft_loss import packed_training_sequences, token_normalised_loss, training_sequences
+from whalekit.weights.rsft_loss import packed_training_sequences, shared_prefix_groups, token_normalised_loss
 
 # (prompt tokens, completion tokens) per turn; each prompt extends the previous turn's
 # prompt and completion (the harness keeps the history as sampled).
@@ -49,19 +59,24 @@ SHAPES: dict[str, list[tuple[int, int]]] = {
 }
 
 
-def episodes(shape: list[tuple[int, int]], count: int, vocab_size: int, seed: int = 0) -> list[Trajectory]:
-    """`count` accepted episodes of `shape`, their lengths jittered by up to 10 % so
-    micro-batches pad as real ones do."""
+def episodes(shape: list[tuple[int, int]], count: int, vocab_size: int, per_problem: int = 1,
+             seed: int = 0) -> list[Trajectory]:
+    """`count` accepted episodes of `shape`, each `per_problem` consecutive ones sharing their
+    problem's first prompt (G samples of one problem), the rest of their lengths jittered by up
+    to 10 % so micro-batches pad as real ones do."""
     rng = random.Random(seed)
     low = min(256, vocab_size // 2)
-    out = []
+    out: list[Trajectory] = []
+    prompt: list[int] = []
     for index in range(count):
+        if index % per_problem == 0:
+            prompt = [rng.randrange(low, vocab_size) for _ in range(int(shape[0][0] * rng.uniform(0.9, 1.1)))]
         jitter = rng.uniform(0.9, 1.1)
-        turns, ids = [], [rng.randrange(low, vocab_size) for _ in range(int(shape[0][0] * jitter))]
-        for prompt, completion in shape:
-            while len(ids) < int(prompt * jitter):  # tool text between turns
+        turns, ids = [], list(prompt)
+        for number, (prompt_tokens, completion) in enumerate(shape):
+            while number and len(ids) < int(prompt_tokens * jitter):  # tool text between turns
                 ids.append(rng.randrange(low, vocab_size))
-            done = [rng.randrange(low, vocab_size) for _ in range(completion)]
+            done = [rng.randrange(low, vocab_size) for _ in range(max(1, int(completion * jitter)))]
             turns.append(Turn(prompt_ids=list(ids), completion_ids=done, text="", finish_reason="eos"))
             ids += done
         out.append(Trajectory(f"e{index}", "toy", "bench", 0, turns=turns, correct=True, reward=1.0))
@@ -74,6 +89,8 @@ def main() -> None:
     parser.add_argument("--shape", default="searchqa", choices=sorted(SHAPES))
     parser.add_argument("--episodes", type=int, default=4, help="accepted episodes per optimiser step (the cpu "
                         "preset's rsft.minibatch_trajectories)")
+    parser.add_argument("--per-problem", type=int, default=4, help="of them, how many share a problem's prompt "
+                        "(1: none share; 4: one problem's G = 4 samples all accepted)")
     parser.add_argument("--micro-batch", type=int, default=8, help="sequences per forward (rsft.micro_batch_sequences)")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
@@ -83,34 +100,44 @@ def main() -> None:
     policy = load_policy(args.model)
     autocast = bf16_supported()
     domain = ToyDomain()
-    config = RSFTConfig(lora=True, bf16_autocast=autocast, micro_batch_sequences=args.micro_batch)
+    config = RSFTConfig(lora=True, bf16_autocast=autocast, micro_batch_sequences=args.micro_batch,
+                        gradient_checkpointing=True)  # each variant turns it on or off per micro-batch
     trainer = RSFTTrainer(policy, domain, domain.load_splits(4, 0, 0).train, config, RolloutBudget(0))
     model, pad_id = trainer.model, trainer.pad_id
-    batch = episodes(SHAPES[args.shape], args.episodes, len(policy.tokenizer))
-    per_turn = [s for t in batch for s in training_sequences(t, 100_000)[0]]
+    batch = episodes(SHAPES[args.shape], args.episodes, len(policy.tokenizer), args.per_problem)
     packed = [s for t in batch for s in packed_training_sequences(t, 100_000)[0]]
-    variants = {"baseline: per-turn sequences, every position's logits": (per_turn, False),
-                "trained positions only": (per_turn, True),
-                "packed turns": (packed, False),
-                "packed turns + trained positions (whalekit)": (packed, True)}
+    never = 1 << 30  # checkpoint_min_tokens: no micro-batch is that large
+    # name: (attention, loss options)
+    variants: dict[str, tuple[str, dict[str, Any]]] = {
+        "recorded runs: packed, trained positions, sdpa": ("sdpa", {"checkpoint_min_tokens": never}),
+        "code default before: + checkpointing": ("sdpa", {"checkpoint_min_tokens": 0}),
+        "eager attention": ("eager", {"checkpoint_min_tokens": never}),
+        "shared prefix (sdpa)": ("sdpa", {"checkpoint_min_tokens": never, "shared_prefix_tokens": 32}),
+        "shared prefix + eager (cpu-v3)": ("eager", {"checkpoint_min_tokens": never, "shared_prefix_tokens": 32}),
+    }
+    tokens = sum(len(ids) for ids, _ in packed)
+    groups = shared_prefix_groups(packed, 32)
+    computed = tokens - sum(prefix * (len(members) - 1) for prefix, members in groups)
     print(f"model={args.model} cpu={cpu_kind()} torch_threads={torch.get_num_threads()} bf16_autocast={autocast} "
-          f"shape={args.shape} {SHAPES[args.shape]} episodes={args.episodes} micro_batch={args.micro_batch}")
+          f"shape={args.shape} {SHAPES[args.shape]} episodes={args.episodes} per_problem={args.per_problem} "
+          f"micro_batch={args.micro_batch}: {tokens} tokens a step, {computed} with the prefixes shared")
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     losses: dict[str, float] = {}
     model.train()
+    base_model = model.get_base_model()
     for _ in range(args.repeats + 1):  # the first round warms up allocator and kernels, not counted
-        for name, (sequences, only) in variants.items():
+        for name, (attention, options) in variants.items():
+            base_model.set_attn_implementation(attention)
             model.zero_grad(set_to_none=True)
             started = time.perf_counter()
-            loss, _tokens = token_normalised_loss(model, sequences, args.micro_batch, pad_id, autocast,
-                                                  trained_positions_only=only)
+            loss, _tokens = token_normalised_loss(model, packed, args.micro_batch, pad_id, autocast, **options)
             seconds[name].append(time.perf_counter() - started)
             losses[name] = loss
     base = median(seconds[next(iter(variants))][1:])
-    for name, (sequences, _only) in variants.items():
+    for name in variants:
         step = median(seconds[name][1:])
-        print(f"{name:55s} {sum(len(ids) for ids, _ in sequences):6d} tokens  {step:7.3f} s/step (median of "
-              f"{args.repeats})  ratio to baseline {step / base:.3f}  loss {losses[name]:.6f}")
+        print(f"{name:45s} {step:7.3f} s/step (median of {args.repeats})  {tokens / step:7.0f} tokens/s  "
+              f"ratio to the recorded runs' {base / step:.2f}x  loss {losses[name]:.6f}")
 
 
 if __name__ == "__main__":

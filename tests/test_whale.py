@@ -490,3 +490,32 @@ def test_the_final_evaluation_comes_after_the_last_rollout_and_a_stage_cut_by_th
     assert end["rollouts"] == 88 and end["final_mean_at_k"] == events[last_eval]["mean_at_k"]
     assert events[-1]["event"] == "run_end" and events[-2]["event"] == "test_eval"
     assert run.events("stage_end")[-1].get("budget_exhausted") is True
+
+
+def _agents(run) -> list[tuple[int, str, int]]:
+    return [(e["weights_version"], e["accepted_id"], e["k"]) for e in run.events("test_eval")]
+
+
+def test_with_eval_between_changed_agent_a_harness_only_run_never_evaluates_an_unchanged_agent(tmp_path):
+    """The records' rule evaluates after every productive stage, even a search stage that
+    accepted nothing; `eval_between: changed_agent` evaluates only an agent that changed, and
+    the final evaluation only to raise k. The stage decomposition reads the same changes."""
+    from whalekit.report.run_summaries import load_run
+    from whalekit.report.stage_effects import stage_effects
+
+    budget = {"rollouts": 192}
+    records = run_method(_config(tmp_path / "records", "harness_only", budget=budget, eval_k_intermediate=1),
+                         policy=load_policy("tiny-random"))
+    changed = run_method(_config(tmp_path / "changed", "harness_only", budget=budget, eval_k_intermediate=1,
+                                 eval_between="changed_agent"), policy=load_policy("tiny-random"))
+    old, new = _agents(records), _agents(changed)
+    repeats = [b for a, b in zip(old, old[1:]) if a[:2] == b[:2] and a[2] == b[2]]
+    assert repeats, "the records' rule re-evaluated no unchanged agent here: the comparison shows nothing"
+    for before, after in zip(new, new[1:]):
+        assert before[:2] != after[:2] or after[2] > before[2], (before, after)
+    assert len(new) < len(old)
+    # Same run otherwise: the same stages, the same accepted harnesses, the same rollouts.
+    strip = lambda run: [(e["event"], e.get("rollouts")) for e in run.events() if e["event"] != "test_eval"]  # noqa: E731
+    assert strip(records) == strip(changed)
+    effects = stage_effects(load_run(changed.root))
+    assert [e.evaluated for e in effects].count(False) >= len(repeats)  # the stages it did not re-evaluate

@@ -33,6 +33,9 @@ __all__ = ["METHODS_ALL", "PRESET_INITIAL_HARNESSES", "SEARCH_CAPPED", "SEARCH_M
 PRESET_INITIAL_HARNESSES = ("h0", "h0_cpu")  # starting harnesses that do not name a run
 
 
+EVAL_BETWEEN = ("productive_stages", "changed_agent", "none")  # RunConfig.eval_between
+
+
 @dataclass
 class RunConfig:
     domain: str  # chess | math | searchqa | toy
@@ -72,6 +75,14 @@ class RunConfig:
     # Samples per test problem at the evaluations between (the curves' inner points, labelled
     # mean@<k> wherever shown); None: eval_k. The final evaluation is always mean@eval_k.
     eval_k_intermediate: int | None = None
+    # Which stages a test evaluation follows (the curves' inner points and report.stage_effects'
+    # decomposition; a stage without one changed nothing, its effect is 0):
+    #   "productive_stages": every stage with a step that produced something, even a search stage
+    #     that accepted nothing (the records' behaviour);
+    #   "changed_agent": only a stage after which the weights or the accepted harness differ from
+    #     the last evaluation's (an unchanged agent is not evaluated again; the same decomposition);
+    #   "none": only the initial and the final evaluation (no per-stage decomposition).
+    eval_between: str = "productive_stages"
     # The initial evaluation (θ0, starting harness) is the same computation for every method of
     # a (domain, seed): made once and shared through runs_root/.shared/ (whalekit.run.initial_eval).
     share_initial_eval: bool = True
@@ -105,6 +116,8 @@ class RunConfig:
         if self.eval_k_intermediate is not None and not 0 < self.eval_k_intermediate <= self.eval_k:
             raise ValueError(f"eval_k_intermediate must be between 1 and eval_k ({self.eval_k}) or None, "
                              f"got {self.eval_k_intermediate}")
+        if self.eval_between not in EVAL_BETWEEN:
+            raise ValueError(f"eval_between {self.eval_between!r}: use one of {', '.join(EVAL_BETWEEN)}")
         if self.budget.mode == "weight_steps" and row.search_capped and self.budget.search_iterations <= 0:
             raise ValueError(f"{self.method} in budget.mode=weight_steps needs budget.search_iterations > 0")
         if row.trains_weights and self.n_train <= 0:

@@ -152,12 +152,21 @@ class _Driver:
         report(stage_line(stage.kind, len(state.history) - 1, done, total, self.phases[stage.kind].stage_signal(state),
                           time.monotonic() - self._resumed_at[1], self._resumed_at[0], unit=unit))
         # The run's last stage is left to the final evaluation (at eval_k) when the ones between take fewer samples.
-        productive = state.stage_steps - state.stage_empty_steps
-        last = not self.accounting.goes_on(state)
-        if not (last and self.evaluator.samples("between") < self.config.eval_k) \
-                and (productive or (state.stage_steps and self.changed_since_evaluation(state))):
+        if self.evaluates_after_stage(state):
             self.evaluate(state, f"after {stage.kind} stage")
         state.stage = None
+
+    def evaluates_after_stage(self, state: RunState) -> bool:
+        """Whether the stage just ended is followed by a test evaluation (`RunConfig.eval_between`).
+        The run's last stage is left to the final evaluation (at eval_k) when the ones between
+        take fewer samples."""
+        last = not self.accounting.goes_on(state)
+        if self.config.eval_between == "none" or (last and self.evaluator.samples("between") < self.config.eval_k):
+            return False
+        if self.config.eval_between == "changed_agent":
+            return self.changed_since_evaluation(state)
+        productive = state.stage_steps - state.stage_empty_steps
+        return bool(productive or (state.stage_steps and self.changed_since_evaluation(state)))
 
     def changed_since_evaluation(self, state: RunState) -> bool:
         """The weights or the accepted harness differ from those of the last test evaluation."""

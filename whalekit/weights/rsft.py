@@ -40,7 +40,15 @@ from whalekit.samplers.vllm_sync import shared_memory_dir
 from whalekit.types import Task, Trajectory
 from whalekit.weights.distributed.ray_trainer_ranks import RayTrainerRanks
 from whalekit.weights.distributed.trainer_ranks import TrainerRanks
-from whalekit.weights.rsft_config import BACKENDS, TRAIN_DTYPES, BatchRecord, RSFTConfig, TrainerState, check_choice
+from whalekit.weights.rsft_config import (
+    ATTENTIONS,
+    BACKENDS,
+    TRAIN_DTYPES,
+    BatchRecord,
+    RSFTConfig,
+    TrainerState,
+    check_choice,
+)
 from whalekit.weights.rsft_loss import packed_training_sequences, token_normalised_loss
 
 UNSLOTH_HINT = "pip install 'whalekit[gpu]' (CUDA Linux machines)"
@@ -63,6 +71,15 @@ def resolve_train_dtype(name: str, device_type: str, bf16_ok: bool = True) -> st
     if name != "auto":
         return name
     return "bfloat16" if device_type == "cuda" and bf16_ok else "float32"
+
+
+def resolve_attention(name: str, device_type: str) -> str:
+    """The trainer's attention implementation: "auto" is eager on CPU (faster than SDPA's CPU
+    kernels at RSFT's shapes: bench/rsft_speed.py) and sdpa elsewhere."""
+    check_choice("attention", name, ATTENTIONS)
+    if name != "auto":
+        return name
+    return "eager" if device_type == "cpu" else "sdpa"
 
 
 def resolve_backend(requested: str, lora: bool, cuda: bool) -> str:
@@ -153,6 +170,9 @@ class RSFTTrainer:
             model = _unsloth_lora(path, self.train_dtype, config)
         else:
             model = load_model(path, self.train_dtype).to(self.device)
+            attention = resolve_attention(config.attention, self.device.type)
+            if attention != model.config._attn_implementation:  # the records' sdpa model is left as loaded
+                model.set_attn_implementation(attention)
             if config.gradient_checkpointing:
                 enable_gradient_checkpointing(model)
             if config.lora:
@@ -272,7 +292,9 @@ class RSFTTrainer:
                                              self.pad_id, self.autocast,
                                              micro_batch_tokens=self.config.micro_batch_tokens,
                                              padding_mask=self.config.padding_mask,
-                                             loss_chunk_tokens=self.config.loss_chunk_tokens)
+                                             loss_chunk_tokens=self.config.loss_chunk_tokens,
+                                             shared_prefix_tokens=self.config.shared_prefix_tokens,
+                                             checkpoint_min_tokens=self.config.checkpoint_min_tokens)
         torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad],
                                        self.config.max_grad_norm)
         self.optimizer.step()

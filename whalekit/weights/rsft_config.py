@@ -16,6 +16,7 @@ from whalekit.samplers.base import SamplingParams
 TRAIN_DTYPES = ("auto", "float32", "bfloat16")
 BACKENDS = ("peft", "unsloth", "auto")
 COMPUTE_DTYPES = ("bfloat16", "float32")  # of sharded ranks' gathered weights (weights.distributed.sharded_training)
+ATTENTIONS = ("sdpa", "eager", "auto")  # the trainer model's attention (RSFTConfig.attention)
 TRAINER_LAUNCHERS = ("spawn", "ray")  # how sharded trainer ranks start (weights.distributed.trainer_ranks)
 
 
@@ -71,6 +72,19 @@ class RSFTConfig:
     # more train time. Losses and gradients are bit-identical to training without it (measured
     # fp32 and bf16 autocast: tests/test_rsft_memory.py).
     gradient_checkpointing: bool = True
+    # With checkpointing on: only micro-batches of at least this many padded tokens are
+    # checkpointed; smaller ones keep their activations (little memory, no recomputation).
+    # 0: every micro-batch (the records' behaviour).
+    checkpoint_min_tokens: int = 0
+    # Sequences of a mini-batch that begin with the same untrained ids for at least this many
+    # tokens (a problem's G trajectories share its prompt) run that prefix once
+    # (rsft_loss.shared_prefix_loss): same loss and gradients up to float rounding, fewer
+    # tokens through the model. None: every sequence whole (the records' behaviour).
+    shared_prefix_tokens: int | None = None
+    # The trainer model's attention (transformers' attn_implementation): "sdpa" (the records'),
+    # "eager", or "auto" (eager on CPU, where bench/rsft_speed.py measured it faster at RSFT's
+    # shapes; sdpa on CUDA). Same loss up to float rounding.
+    attention: str = "sdpa"
     # True: the right-padding attention mask is passed to the model (the records' behaviour).
     # False: dropped for causal decoders whose positions ignore it (rsft_loss.
     # CAUSAL_POSITION_MODEL_TYPES; exact for the real positions the loss reads), so attention
@@ -105,6 +119,11 @@ class RSFTConfig:
             raise ValueError("minibatch_trajectories must be >= 0 (0: one optimiser step per sampled batch)")
         if self.micro_batch_tokens is not None and self.micro_batch_tokens <= 0:
             raise ValueError("micro_batch_tokens must be positive or None (None: micro-batches by sequence count only)")
+        if self.shared_prefix_tokens is not None and self.shared_prefix_tokens <= 0:
+            raise ValueError("shared_prefix_tokens must be positive or None (None: every sequence whole)")
+        if self.checkpoint_min_tokens < 0:
+            raise ValueError("checkpoint_min_tokens must be >= 0 (0: every micro-batch checkpointed)")
+        check_choice("attention", self.attention, ATTENTIONS)
         if self.loss_chunk_tokens is not None and self.loss_chunk_tokens <= 0:
             raise ValueError("loss_chunk_tokens must be positive or None (None: the whole micro-batch's loss at once)")
         if self.sync_bucket_mb < 0:

@@ -138,7 +138,8 @@ def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]
                           pad_id: int, autocast: bool = False, backward: bool = True,
                           trained_positions_only: bool = True, micro_batch_tokens: int | None = None,
                           padding_mask: bool = True, loss_chunk_tokens: int | None = None,
-                          normaliser: int | None = None) -> tuple[float, int]:
+                          normaliser: int | None = None, shared_prefix_tokens: int | None = None,
+                          checkpoint_min_tokens: int = 0) -> tuple[float, int]:
     """Sum of next-token cross-entropy over all generated tokens of the batch, divided by
     their count, so a long trajectory weighs per token, not per sequence. Gradients
     accumulate across micro-batches (when `backward`), each of at most `micro_batch`
@@ -154,9 +155,12 @@ def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]
     micro-batch never holds (tokens x vocab) float32 logits at once; None: all at once.
     `normaliser`: the token count to divide by instead of these sequences' own (a data-parallel
     rank divides by its global mini-batch's: `whalekit.weights.distributed.data_parallel`).
+    `shared_prefix_tokens`: sequences sharing an untrained prefix of at least that many tokens
+    (a problem's G trajectories share its prompt) run the prefix once (`shared_prefix_loss`);
+    None: every sequence whole (the records' computation). `checkpoint_min_tokens`: on a model
+    built with gradient checkpointing, only micro-batches of at least that many padded tokens
+    are checkpointed (smaller ones keep little and recomputing them costs time); 0: all.
     Returns (loss, token count)."""
-    import torch
-    import torch.nn.functional as F
 
     total_tokens = trained_token_count(sequences)
     if total_tokens == 0:
@@ -166,35 +170,156 @@ def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]
     split = decoder_and_head(model) if trained_positions_only else None
     keep_mask = padding_mask or model_type(model) not in CAUSAL_POSITION_MODEL_TYPES
     loss_sum = 0.0
-    for input_ids, labels, attention in padded_micro_batches(sequences, micro_batch, pad_id, micro_batch_tokens):
-        input_ids, labels = input_ids.to(device), labels.to(device)
-        mask = attention.to(device) if keep_mask else None
+    checkpointed = bool(getattr(model, "is_gradient_checkpointing", False))
+    groups: list[tuple[int, list[int]]] = []
+    if shared_prefix_tokens is not None and split is not None:
+        groups = shared_prefix_groups(sequences, shared_prefix_tokens)
+        if checkpointed:  # a shared prefix's forwards keep their activations: only where checkpointing would not run
+            limit = checkpoint_min_tokens or 0
+            groups = [(p, members) for p, members in groups
+                      if max(p, len(members) * max(len(sequences[i][0]) - p for i in members)) < limit]
+    shared = {i for _, members in groups for i in members}
+    rest = [s for i, s in enumerate(sequences) if i not in shared]
+    try:
+        for prefix, members in groups:
+            _set_checkpointing(model, False, checkpointed)
+            loss_sum += shared_prefix_loss(split, [sequences[i] for i in members], prefix, micro_batch, pad_id,
+                                           autocast, divisor, keep_mask, backward, micro_batch_tokens)
+        for batch in padded_micro_batches(rest, micro_batch, pad_id, micro_batch_tokens):
+            _set_checkpointing(model, batch[0].numel() >= checkpoint_min_tokens, checkpointed)
+            loss_sum += _micro_batch_loss(model, split, batch, device, autocast, divisor, keep_mask, backward,
+                                          loss_chunk_tokens)
+    finally:
+        _set_checkpointing(model, True, checkpointed)
+    return loss_sum, total_tokens
+
+
+def _set_checkpointing(model: Any, on: bool, built_with: bool) -> None:
+    """Turn the decoder layers' checkpointing on or off for the next forward (transformers'
+    per-layer flag); a model built without it is left alone."""
+    if not built_with:
+        return
+    for module in model.modules():
+        if isinstance(getattr(module, "gradient_checkpointing", None), bool) and \
+                hasattr(module, "_gradient_checkpointing_func"):
+            module.gradient_checkpointing = on
+
+
+def _micro_batch_loss(model: Any, split: tuple[Any, Any] | None, batch: tuple[Any, Any, Any], device: Any,
+                      autocast: bool, divisor: int, keep_mask: bool, backward: bool,
+                      loss_chunk_tokens: int | None) -> float:
+    """One padded micro-batch's share of the token-normalised loss (backward when asked)."""
+    import torch
+    import torch.nn.functional as F
+
+    input_ids, labels, attention = batch
+    input_ids, labels = input_ids.to(device), labels.to(device)
+    mask = attention.to(device) if keep_mask else None
+    targets = labels[:, 1:]
+    chunked = loss_chunk_tokens is not None and int((targets != IGNORE_INDEX).sum()) > loss_chunk_tokens
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        if split is None:
+            logits = model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits[:, :-1]
+        else:  # the vocabulary projection only where a token is trained
+            decoder, head = split
+            hidden = decoder(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state
+            trained = hidden[:, :-1][targets != IGNORE_INDEX]
+            targets = targets[targets != IGNORE_INDEX]
+            if chunked:  # the head runs a chunk at a time, here and in backward
+                chunk_sum = chunked_cross_entropy(trained, targets, head, cast(int, loss_chunk_tokens))
+            else:
+                logits = head(trained)
+    if not chunked:  # the records' computation, unchanged
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                               ignore_index=IGNORE_INDEX, reduction="sum") / divisor
+    elif split is None:  # the model made every position's logits; their float32 copy is made a chunk at a time
+        loss = chunked_cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), None,
+                                     cast(int, loss_chunk_tokens)) / divisor
+    else:
+        loss = chunk_sum / divisor
+    if backward:
+        loss.backward()
+    return float(loss.item())
+
+
+def shared_prefix_groups(sequences: list[tuple[list[int], list[int]]],
+                         min_prefix: int) -> list[tuple[int, list[int]]]:
+    """(prefix length, member indices) for every set of two or more sequences that begin with
+    the same `min_prefix` or more ids (a problem's G trajectories begin with its prompt). The
+    prefix stops before the position that predicts any member's first trained token, so no
+    trained position lies in it, and leaves every member at least one token after it."""
+    order = sorted(range(len(sequences)), key=lambda i: sequences[i][0])  # shared beginnings sit side by side
+
+    def untrained(index: int) -> int:  # the prefix may hold positions 0..first_label-2
+        ids, labels = sequences[index]
+        first = next((k for k, x in enumerate(labels) if x != IGNORE_INDEX), len(ids))
+        return min(first - 1, len(ids) - 1)
+
+    def common(a: list[int], b: list[int]) -> int:
+        n = min(len(a), len(b))
+        return next((k for k in range(n) if a[k] != b[k]), n)
+
+    groups: list[tuple[int, list[int]]] = []
+    members: list[int] = []
+    length = 0
+    for index in order + [-1]:  # -1 closes the last group
+        if members and index >= 0:
+            shared = min(length, common(sequences[members[-1]][0], sequences[index][0]), untrained(index))
+            if shared >= min_prefix:
+                members.append(index)
+                length = shared
+                continue
+        if len(members) > 1:
+            groups.append((length, sorted(members)))
+        members, length = ([index], untrained(index)) if index >= 0 else ([], 0)
+    return groups
+
+
+def shared_prefix_loss(split: tuple[Any, Any], sequences: list[tuple[list[int], list[int]]], prefix: int,
+                       micro_batch: int, pad_id: int, autocast: bool, divisor: int, keep_mask: bool,
+                       backward: bool = True, micro_batch_tokens: int | None = None) -> float:
+    """The token-normalised loss of sequences that share their first `prefix` ids, none of them
+    trained (`shared_prefix_groups`), with the prefix run once: its keys and values are computed
+    for one row, the continuations attend to them (at most `micro_batch` rows a forward), and
+    their gradient, summed over every continuation, is sent back through the prefix's forward
+    in one backward. The same loss and gradients as running every sequence whole (a causal
+    model's prefix positions never see what follows), up to float rounding; the prompt's
+    tokens are pushed through the model once instead of once per trajectory."""
+    import torch
+    import torch.nn.functional as F
+    from transformers.cache_utils import DynamicCache
+
+    decoder, head = split
+    device = next(decoder.parameters()).device
+    head_ids = torch.tensor([sequences[0][0][:prefix]], device=device)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+        cache = decoder(input_ids=head_ids, use_cache=True).past_key_values
+    states = [(layer.keys, layer.values) for layer in cache.layers]
+    leaves = [(k.detach().requires_grad_(backward), v.detach().requires_grad_(backward)) for k, v in states]
+    rest = [(ids[prefix:], labels[prefix:]) for ids, labels in sequences]
+    loss_sum = 0.0
+    for batch in padded_micro_batches(rest, micro_batch, pad_id, micro_batch_tokens):
+        input_ids, labels, attention = (t.to(device) for t in batch)
+        rows = input_ids.shape[0]
+        mask = torch.cat([attention.new_ones((rows, prefix)), attention], dim=1) if keep_mask else None
+        past = DynamicCache(ddp_cache_data=[(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1))
+                                            for k, v in leaves])
         targets = labels[:, 1:]
-        chunked = loss_chunk_tokens is not None and int((targets != IGNORE_INDEX).sum()) > loss_chunk_tokens
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            if split is None:
-                logits = model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits[:, :-1]
-            else:  # the vocabulary projection only where a token is trained
-                decoder, head = split
-                hidden = decoder(input_ids=input_ids, attention_mask=mask, use_cache=False).last_hidden_state
-                trained = hidden[:, :-1][targets != IGNORE_INDEX]
-                targets = targets[targets != IGNORE_INDEX]
-                if chunked:  # the head runs a chunk at a time, here and in backward
-                    chunk_sum = chunked_cross_entropy(trained, targets, head, cast(int, loss_chunk_tokens))
-                else:
-                    logits = head(trained)
-        if not chunked:  # the records' computation, unchanged
-            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                   ignore_index=IGNORE_INDEX, reduction="sum") / divisor
-        elif split is None:  # the model made every position's logits; their float32 copy is made a chunk at a time
-            loss = chunked_cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), None,
-                                         cast(int, loss_chunk_tokens)) / divisor
-        else:
-            loss = chunk_sum / divisor
+            hidden = decoder(input_ids=input_ids, attention_mask=mask, past_key_values=past,
+                             use_cache=True).last_hidden_state
+            logits = head(hidden[:, :-1][targets != IGNORE_INDEX])
+        loss = F.cross_entropy(logits.float(), targets[targets != IGNORE_INDEX], reduction="sum") / divisor
         if backward:
             loss.backward()
-        loss_sum += loss.item()
-    return loss_sum, total_tokens
+        loss_sum += float(loss.item())
+    if backward:
+        tensors = [t for pair in states for t in pair]
+        grads = [t.grad for pair in leaves for t in pair]
+        kept = [(t, g) for t, g in zip(tensors, grads, strict=True) if g is not None]
+        if kept:
+            torch.autograd.backward([t for t, _ in kept], [g for _, g in kept])
+    return loss_sum
 
 
 def chunked_cross_entropy(inputs: Any, targets: Any, head: Any, chunk_tokens: int) -> Any:
