@@ -92,3 +92,34 @@ def test_the_conditions_the_decomposition_and_the_threats_are_part_of_the_result
     # the fixture's one stage is a weight stage: 25 -> 75
     assert "| toy | WHALE | +50.0" in decomposition and "no such stage" in decomposition
     assert "## Threats to validity" in text and "Runs resumed after a kill" in text
+
+
+def _seeds(*values: float) -> Interval:
+    """A paired difference over seeds with these per-seed values and its 95 % t-interval."""
+    from whalekit.report.stats import t_interval
+
+    mean, low, high = t_interval(values)
+    return Interval(mean, low, high, len(values), 64 * len(values), seed_values=tuple(values))
+
+
+def test_with_a_margin_the_verdict_has_four_outcomes_from_constructed_seeds():
+    delta = 0.05  # five points
+    assert verdicts.verdict(_seeds(0.10, 0.12, 0.08, 0.11, 0.09), delta) == verdicts.HOLDS
+    assert verdicts.verdict(_seeds(-0.10, -0.12, -0.08, -0.11, -0.09), delta) == verdicts.FAILS
+    # Small and steady around 0: the 90 % interval lies inside ±5 points (TOST at 5 %).
+    assert verdicts.verdict(_seeds(0.01, -0.01, 0.005, -0.005, 0.0), delta) == verdicts.EQUIVALENT
+    # Around 0 but spread wider than the margin: neither shown different nor shown equivalent.
+    assert verdicts.verdict(_seeds(0.08, -0.09, 0.03, -0.06, 0.05), delta) == verdicts.INCONCLUSIVE
+    # Without a margin (the v2 rule) the steady case stays inconclusive; one seed is never equivalent.
+    assert verdicts.verdict(_seeds(0.01, -0.01, 0.005, -0.005, 0.0)) == verdicts.INCONCLUSIVE
+    assert verdicts.verdict(Interval(0.0, -0.01, 0.01, 1, 64, seed_values=(0.0,)), delta) == verdicts.INCONCLUSIVE
+
+
+def test_paired_t_power_and_the_seeds_it_takes():
+    from whalekit.report.stats import paired_t_power, seeds_for_power
+
+    # A 1-SD effect: the textbook paired t-test needs 10 pairs for 80 % power at 5 % two-sided.
+    assert seeds_for_power(sd=1.0, effect=1.0) == 10
+    assert 0.78 < paired_t_power(1.0, 1.0, 10) < 0.82
+    assert paired_t_power(1.0, 1.0, 30) > paired_t_power(1.0, 1.0, 10) > paired_t_power(1.0, 0.5, 10)
+    assert seeds_for_power(sd=10.0, effect=0.1, most=50) is None

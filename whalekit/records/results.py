@@ -82,15 +82,19 @@ def record_path(config: Any, results_root: str | Path = RESULTS_ROOT) -> Path:
     return Path(results_root) / Path(config.preset).stem / config.domain / config.run_name
 
 
-COMMITTED_PRESETS = ("cpu",)  # the presets whose records (results/) and figures (figures/) are committed
+COMMITTED_PRESETS = ("cpu", "cpu-v3")  # the presets whose records (results/<preset>/) are committed
+# The preset whose figures are the repository's (figures/): the v2 set until the v3 set is complete
+# (docs/reproduction-v3.md); every other preset's go below figures/<preset>/.
+DEFAULT_FIGURES_PRESET = "cpu"
 
 
 def figures_dir(preset: str, root: str | Path = "figures") -> Path:
-    """Where a preset's figures and tables go by default: the `cpu` preset's are the ones
-    committed in `root`; every other preset (smoke, paper, a preset file) writes below
-    `root/<preset name>/`, so a fast smoke pass never overwrites the committed figures."""
+    """Where a preset's figures and tables go by default: those of `DEFAULT_FIGURES_PRESET`
+    are the ones committed in `root`; every other preset (cpu-v3, smoke, paper, a preset file)
+    writes below `root/<preset name>/`, so neither a smoke pass nor a partial v3 set overwrites
+    the default figures."""
     name = Path(preset).stem
-    return Path(root) if name in COMMITTED_PRESETS else Path(root) / name
+    return Path(root) if name == DEFAULT_FIGURES_PRESET else Path(root) / name
 
 
 def records_dir(preset: str, runs_root: str | Path = "runs", root: str | Path = RESULTS_ROOT) -> Path:

@@ -190,3 +190,38 @@ def problems_for_power(incumbent_rate: float, improvement: float, power: float =
         if acceptance_power(incumbent_rate, improvement, n, samples) >= power:
             return n
     raise ValueError(f"no split of at most {max_problems} problems reaches power {power}")
+
+
+def equivalent_within(values: Sequence[float], margin: float, alpha: float = 0.05) -> bool:
+    """Paired TOST: the two one-sided t-tests at level `alpha` that the mean of `values` (the
+    per-seed paired differences) lies above −margin and below +margin, both rejected; the same
+    as the (1 − 2·alpha) t-interval lying inside (−margin, margin). Needs at least 2 values."""
+    if margin <= 0:
+        raise ValueError("the equivalence margin must be positive")
+    _, low, high = t_interval(values, 1 - 2 * alpha)
+    return -margin < low and high < margin
+
+
+def paired_t_power(sd: float, effect: float, n_seeds: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided paired t-test at level `alpha` over `n_seeds` seeds to find a true
+    mean difference `effect` when the per-seed differences have standard deviation `sd`
+    (the noncentral t; exact arithmetic, no simulation)."""
+    if n_seeds < 2:
+        return 0.0
+    if sd <= 0:
+        return 1.0 if effect else alpha
+    df = n_seeds - 1
+    critical = float(scipy_stats.t.ppf(1 - alpha / 2, df))
+    shift = abs(effect) / (sd / np.sqrt(n_seeds))
+    upper = float(scipy_stats.nct.sf(critical, df, shift))
+    lower = float(scipy_stats.nct.cdf(-critical, df, shift))  # the wrong-sign tail: ~0, and nan where scipy underflows
+    return upper + (lower if np.isfinite(lower) else 0.0)
+
+
+def seeds_for_power(sd: float, effect: float, power: float = 0.8, alpha: float = 0.05, most: int = 200) -> int | None:
+    """The fewest seeds (at least 2) whose paired t-test reaches `power` for `effect` at this
+    `sd`; None when `most` seeds do not."""
+    for n in range(2, most + 1):
+        if paired_t_power(sd, effect, n, alpha) >= power:
+            return n
+    return None

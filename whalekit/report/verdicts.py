@@ -34,6 +34,7 @@ from whalekit.report.stats import (
     CONFIDENCE,
     N_RESAMPLES,
     Interval,
+    equivalent_within,
     paired_difference,
     paired_problem_noise,
     seed_interval,
@@ -43,6 +44,7 @@ from whalekit.report.threats import Threat, find_threats, markers, threats_markd
 from whalekit.run.methods import METHOD_LABELS
 
 HOLDS, FAILS, INCONCLUSIVE, UNMEASURED = "holds", "does not hold", "inconclusive at this size", "not yet measured"
+EQUIVALENT = "equivalent within ±δ"  # paired TOST at a pre-registered margin (docs/reproduction-v3.md)
 ZERO_START_SUFFIX = "-h0_faithful"
 BELOW_FLOOR = "below floor"
 
@@ -83,13 +85,20 @@ class Context:
     paper_grid: Sequence[tuple[float, int]] = ()  # the paper preset's schedule grid, to say what this one lacks
 
 
-def verdict(difference: Interval | None) -> str:
+def verdict(difference: Interval | None, margin: float | None = None) -> str:
+    """holds (the 95 % interval above 0), does not hold (below 0), equivalent within ±margin
+    (neither, and the paired TOST at 5 % on the per-seed values puts the difference inside
+    ±margin: `stats.equivalent_within`), else inconclusive. No margin: the first two and
+    inconclusive (the v2 records' rule)."""
     if difference is None:
         return UNMEASURED
     if difference.low > 0:
         return HOLDS
     if difference.high < 0:
         return FAILS
+    if margin is not None and len(difference.seed_values) >= 2 \
+            and equivalent_within(difference.seed_values, margin):
+        return EQUIVALENT
     return INCONCLUSIVE
 
 

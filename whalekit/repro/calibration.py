@@ -37,6 +37,27 @@ from whalekit.samplers.models import load_policy
 from whalekit.types import Task, Trajectory
 
 SPLITS = ("test", "train", "search")
+DESIGN_SPLITS = ("train", "search", "calibration")  # what a design choice may read: never test
+# Presets whose design is pre-registered off the test split (docs/reproduction-v3.md): their
+# calibration refuses the test split, and tests/test_reproduction_v3.py checks their records.
+OFF_TEST_PRESETS = ("cpu-v3",)
+
+
+class CalibratedOnTestError(ValueError):
+    """A design choice of a pre-registered preset would read (or has read) the test split."""
+
+
+def check_calibration_splits(folder: Path) -> list[Path]:
+    """Every calibration record (*.json) under `folder` names a design split (`DESIGN_SPLITS`);
+    returns the records checked, raises naming the first that does not."""
+    checked = []
+    for path in sorted(Path(folder).glob("*.json")):
+        split = json.loads(path.read_text(encoding="utf-8")).get("split")
+        if split not in DESIGN_SPLITS:
+            raise CalibratedOnTestError(f"{path}: calibrated on split {split!r}; a pre-registered design "
+                                            f"chooses on {', '.join(DESIGN_SPLITS)} only")
+        checked.append(path)
+    return checked
 
 
 def harness_source(domain: Domain, spec: str, initial: str = "h0") -> str:
@@ -147,8 +168,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="cpu", help="model, sampler, data, sampling and h0 come from it")
     parser.add_argument("--harness", nargs="+", default=["h0", "h1"],
                         help="h0 (the preset's initial harness), h0_faithful, h1, a .py path; +mechanism applies one")
-    parser.add_argument("--split", default="test", choices=SPLITS,
-                        help="the preset's split to score on (choose harnesses on train, report on test)")
+    parser.add_argument("--split", default=None, choices=SPLITS,
+                        help="the preset's split to score on (default: search for the presets calibrated off test, "
+                             f"{', '.join(OFF_TEST_PRESETS)}, which refuse test; test for the others, as v2's "
+                             "documented calibrations ran)")
     parser.add_argument("--n", type=int, default=None, help="first N problems of the split (default: all)")
     parser.add_argument("--n-test", type=int, default=None, dest="n", help=argparse.SUPPRESS)
     parser.add_argument("--samples", type=int, default=None, help="samples per problem (default: the preset's eval_k)")
@@ -179,6 +202,12 @@ def run_from_arguments(domain_name: str, args: argparse.Namespace,
     """What a calibration script does: resolve the preset, cut its splits exactly as a run
     with --seed does, score the harnesses, write the JSON summary. `before(domain, tasks,
     samples)` may print and return extra summary fields (chess: the random-legal floor)."""
+    off_test = Path(args.preset).stem in OFF_TEST_PRESETS
+    if args.split is None:
+        args.split = "search" if off_test else "test"
+    if args.split not in DESIGN_SPLITS and off_test:
+        raise CalibratedOnTestError(f"preset {args.preset} is calibrated off the test split "
+                                        "(docs/reproduction-v3.md): use --split search or --split train")
     exit_on_sigterm()  # a terminated calibration closes vLLM's engine process instead of orphaning it
     config = resolve_config(args.preset, domain=domain_name, method="harness_only", seed=args.seed,
                             **parse_overrides(args.set))
