@@ -88,3 +88,13 @@ def test_a_checkpointed_model_shares_only_micro_batches_below_its_checkpointing_
         for name, grad in result[2].items():
             assert (grad - reference[2][name]).norm() <= 1e-5 * reference[2][name].norm() + 1e-9, name
     assert model.is_gradient_checkpointing  # the model leaves the loss as it came
+
+
+def test_a_chunked_loss_and_a_shared_prefix_together_give_the_same_loss_and_gradients():
+    model = load_policy("tiny-random").model.float()
+    sequences = _batch()
+    whole = _loss_and_gradients(model, sequences)
+    both = _loss_and_gradients(model, sequences, shared_prefix_tokens=16, loss_chunk_tokens=3)
+    assert both[0] == pytest.approx(whole[0], rel=1e-5)
+    for name, grad in both[2].items():  # two reorderings of float32 sums (chunks, prefix): 1e-4, not 1e-5
+        assert (grad - whole[2][name]).norm() <= 1e-4 * whole[2][name].norm() + 1e-9, name

@@ -172,7 +172,9 @@ def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]
     loss_sum = 0.0
     checkpointed = bool(getattr(model, "is_gradient_checkpointing", False))
     groups: list[tuple[int, list[int]]] = []
-    if shared_prefix_tokens is not None and split is not None:
+    # Sharing hands the prefix's keys and values over as a plain cache: decoders of full causal
+    # attention only (a hybrid's recurrent layers keep other state).
+    if shared_prefix_tokens is not None and split is not None and model_type(model) in CAUSAL_POSITION_MODEL_TYPES:
         groups = shared_prefix_groups(sequences, shared_prefix_tokens)
         if checkpointed:  # a shared prefix's forwards keep their activations: only where checkpointing would not run
             limit = checkpoint_min_tokens or 0
@@ -184,7 +186,8 @@ def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]
         for prefix, members in groups:
             _set_checkpointing(model, False, checkpointed)
             loss_sum += shared_prefix_loss(split, [sequences[i] for i in members], prefix, micro_batch, pad_id,
-                                           autocast, divisor, keep_mask, backward, micro_batch_tokens)
+                                           autocast, divisor, keep_mask, backward, micro_batch_tokens,
+                                           loss_chunk_tokens)
         for batch in padded_micro_batches(rest, micro_batch, pad_id, micro_batch_tokens):
             _set_checkpointing(model, batch[0].numel() >= checkpoint_min_tokens, checkpointed)
             loss_sum += _micro_batch_loss(model, split, batch, device, autocast, divisor, keep_mask, backward,
@@ -277,14 +280,16 @@ def shared_prefix_groups(sequences: list[tuple[list[int], list[int]]],
 
 def shared_prefix_loss(split: tuple[Any, Any], sequences: list[tuple[list[int], list[int]]], prefix: int,
                        micro_batch: int, pad_id: int, autocast: bool, divisor: int, keep_mask: bool,
-                       backward: bool = True, micro_batch_tokens: int | None = None) -> float:
+                       backward: bool = True, micro_batch_tokens: int | None = None,
+                       loss_chunk_tokens: int | None = None) -> float:
     """The token-normalised loss of sequences that share their first `prefix` ids, none of them
     trained (`shared_prefix_groups`), with the prefix run once: its keys and values are computed
     for one row, the continuations attend to them (at most `micro_batch` rows a forward), and
     their gradient, summed over every continuation, is sent back through the prefix's forward
     in one backward. The same loss and gradients as running every sequence whole (a causal
     model's prefix positions never see what follows), up to float rounding; the prompt's
-    tokens are pushed through the model once instead of once per trajectory."""
+    tokens are pushed through the model once instead of once per trajectory. `loss_chunk_tokens`
+    as in `token_normalised_loss`."""
     import torch
     import torch.nn.functional as F
     from transformers.cache_utils import DynamicCache
@@ -308,8 +313,12 @@ def shared_prefix_loss(split: tuple[Any, Any], sequences: list[tuple[list[int], 
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             hidden = decoder(input_ids=input_ids, attention_mask=mask, past_key_values=past,
                              use_cache=True).last_hidden_state
-            logits = head(hidden[:, :-1][targets != IGNORE_INDEX])
-        loss = F.cross_entropy(logits.float(), targets[targets != IGNORE_INDEX], reduction="sum") / divisor
+            trained, wanted = hidden[:, :-1][targets != IGNORE_INDEX], targets[targets != IGNORE_INDEX]
+            if loss_chunk_tokens is not None and wanted.shape[0] > loss_chunk_tokens:
+                summed = chunked_cross_entropy(trained, wanted, head, loss_chunk_tokens)
+            else:
+                summed = F.cross_entropy(head(trained).float(), wanted, reduction="sum")
+        loss = summed / divisor
         if backward:
             loss.backward()
         loss_sum += float(loss.item())
