@@ -79,7 +79,7 @@ def is_run(path: Path) -> bool:
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, preset: str = "cpu") -> None:
-    parser.add_argument("--preset", default=preset, help="smoke | cpu | paper, or a preset YAML file")
+    parser.add_argument("--preset", default=preset, help="smoke | cpu | cpu-v3 | paper, or a preset YAML file")
     parser.add_argument("--seed", type=int, default=0,
                         help="the run's seed: data splits, sampling, training (default 0)")
     parser.add_argument("--runs-root", default="runs", help="run directories go under RUNS_ROOT/<preset>/<domain>/ "
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_p.set_defaults(handler=_run)
     grid_p = sub.add_parser("grid", help="the schedule grid of the preset (fixed schedules + stagewise)")
     grid_p.add_argument("--domain", default=None, metavar="DOMAIN", help="default: the preset's grid domain")
-    grid_p.add_argument("--preset", default="cpu", help="smoke | cpu | paper, or a preset YAML file")
+    grid_p.add_argument("--preset", default="cpu", help="smoke | cpu | cpu-v3 | paper, or a preset YAML file")
     grid_p.add_argument("--seed", type=int, default=0, help="the runs' seed (default 0)")
     grid_p.add_argument("--runs-root", default="runs", help="run directories go here (default: runs)")
     grid_p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     report_p.add_argument("runs", nargs="+")
     report_p.add_argument("--timing", action="store_true",
                           help="a table of where each run's time went (sample, train, sync, test_eval, propose, ...)")
+    report_p.add_argument("--figure", metavar="PATH", default=None,
+                          help="also draw each run's test curve (mean@k against rollouts) into PATH (.png or .pdf; "
+                               "with several runs, PATH's stem gets each run's name)")
     report_p.set_defaults(handler=_report)
     cli_harness.add_commands(sub, _add_config_flags)
     for name, (module, what) in PROGRAMS.items():  # listed in the help; main() hands them their arguments
@@ -157,12 +160,27 @@ def _report(args: argparse.Namespace) -> int:
     if args.timing:
         print(report_timing(run_paths(args.runs)))
         return 0
-    for path in run_paths(args.runs):
+    paths = run_paths(args.runs)
+    for path in paths:
         run = RunDir(path)
         print(summary_line(run))
         if (run.root / "archive").is_dir():  # proposer spend: per session, per accepted harness
             print("  " + run_cost_report(run.root / "archive", run.config()["domain"]).replace("\n", "\n  "))
+        if args.figure:
+            _curve(run, Path(args.figure), several=len(paths) > 1)
     return 0
+
+
+def _curve(run: RunDir, target: Path, several: bool) -> None:
+    """One run's test curve as a figure file (report.plots.run_curve_figure)."""
+    from whalekit.report.plots import run_curve_figure  # matplotlib only when a figure is asked for
+    from whalekit.report.run_summaries import load_run
+
+    if several:
+        target = target.with_name(f"{target.stem}-{run.root.name}{target.suffix}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    run_curve_figure(load_run(run.root)).savefig(target, dpi=150, bbox_inches="tight")
+    print(f"  figure: {target}")
 
 
 # Subcommands that are whole programs of their own (`python -m <module>` still works): the rest of

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         exit_on_sigterm()
 
     parser = argparse.ArgumentParser(prog="python -m whalekit.repro.reproduce", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="cpu", help="smoke | cpu | paper, or a preset YAML file")
+    parser.add_argument("--preset", default="cpu", help="smoke | cpu | cpu-v3 | paper, or a preset YAML file")
     parser.add_argument("--runs-root", default="runs", help="run directories and executed notebooks go here")
     parser.add_argument("--figures", default=None, help="figures (PNG, PDF) and tables (MD, CSV) go here "
                         "(default: figures/ for the cpu preset, figures/<preset>/ for any other)")
