@@ -185,9 +185,9 @@ def token_normalised_loss(model: Any, sequences: list[tuple[list[int], list[int]
     try:
         for prefix, members in groups:
             _set_checkpointing(model, False, checkpointed)
-            loss_sum += shared_prefix_loss(split, [sequences[i] for i in members], prefix, micro_batch, pad_id,
-                                           autocast, divisor, keep_mask, backward, micro_batch_tokens,
-                                           loss_chunk_tokens)
+            loss_sum += shared_prefix_loss(cast(tuple[Any, Any], split), [sequences[i] for i in members], prefix,
+                                           micro_batch, pad_id, autocast, divisor, keep_mask, backward,
+                                           micro_batch_tokens, loss_chunk_tokens)
         for batch in padded_micro_batches(rest, micro_batch, pad_id, micro_batch_tokens):
             _set_checkpointing(model, batch[0].numel() >= checkpoint_min_tokens, checkpointed)
             loss_sum += _micro_batch_loss(model, split, batch, device, autocast, divisor, keep_mask, backward,
