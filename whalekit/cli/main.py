@@ -32,6 +32,7 @@ from whalekit.infra.runs import RunDir
 from whalekit.infra.shutdown import exit_on_sigterm
 from whalekit.infra.timing import report_timing
 from whalekit.presets import load_preset
+from whalekit.report.run_summaries import load_run
 from whalekit.run.config import StaleRunError
 from whalekit.run.driver import run_method
 from whalekit.run.methods import METHOD_NAMES
@@ -174,7 +175,6 @@ def _report(args: argparse.Namespace) -> int:
 def _curve(run: RunDir, target: Path, several: bool) -> None:
     """One run's test curve as a figure file (report.plots.run_curve_figure)."""
     from whalekit.report.plots import run_curve_figure  # matplotlib only when a figure is asked for
-    from whalekit.report.run_summaries import load_run
 
     if several:
         target = target.with_name(f"{target.stem}-{run.root.name}{target.suffix}")
