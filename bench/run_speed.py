@@ -22,7 +22,6 @@ CPU kind it prints and the model (SmolLM2-135M-Instruct, a Q4_1 GGUF that transf
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -36,13 +35,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from whalekit.infra.cpu_info import cpu_kind  # noqa: E402
-from whalekit.infra.runs import without_timings  # noqa: E402
+from whalekit.infra.runs import RunDir, without_timings  # noqa: E402
+from whalekit.presets import load_preset  # noqa: E402
 
 BASELINE = "2c4c1c9"
-# The working tree's speed settings (docs/speed.md): prompt prefixes shared in training, eager
-# attention on CPU, checkpointing only above 16k padded tokens, no evaluation of an unchanged agent.
-SPEED_SETTINGS = ["rsft.shared_prefix_tokens=32", "rsft.attention=auto", "rsft.checkpoint_min_tokens=16384",
-                  "eval_between=changed_agent"]
+
+
+def speed_settings(preset: str = "cpu-v3") -> list[str]:
+    """The working tree's speed settings as the v3 preset has them (docs/speed.md): prompt prefixes
+    shared in training, the trainer's attention, checkpointing only above a size, no evaluation of
+    an unchanged agent."""
+    data = load_preset(preset)
+    rsft = [f"rsft.{key}={data['rsft'][key]}" for key in ("shared_prefix_tokens", "attention",
+                                                          "checkpoint_min_tokens")]
+    return [*rsft, f"eval_between={data['eval_between']}"]
 
 
 def worktree(commit: str) -> Path:
@@ -74,10 +80,6 @@ def run(tree: Path, runs_root: Path, args: argparse.Namespace, sets: list[str]) 
     return seconds, folders[0]
 
 
-def events(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines() if line.strip()]
-
-
 def phases(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Seconds per phase: RSFT sampling, training (with the sampler sync and checkpoints),
     candidate evaluation (the search's rollouts and proposer), test evaluation, the rest."""
@@ -106,19 +108,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--baseline", default=BASELINE, help="the commit whose code runs first")
     parser.add_argument("--set", action="append", dest="sets", default=None,
-                        help=f"a setting of the working tree's run (repeatable; default: {' '.join(SPEED_SETTINGS)})")
+                        help="a setting of the working tree's run (repeatable; default: cpu-v3's speed settings)")
     parser.add_argument("--set-baseline", action="append", dest="baseline_sets", default=[],
                         help="a setting of the baseline's run (repeatable)")
     parser.add_argument("--keep", type=Path, default=None, help="keep both run directories under this folder")
     args = parser.parse_args()
-    sets = SPEED_SETTINGS if args.sets is None else args.sets
+    sets = speed_settings() if args.sets is None else args.sets
     base_tree = worktree(args.baseline)
     scratch = Path(tempfile.mkdtemp(prefix="whalekit-run-speed-")) if args.keep is None else args.keep
     print(f"cpu={cpu_kind()} preset={args.preset} domain={args.domain} budget={args.budget} seed={args.seed}\n"
           f"baseline {args.baseline} {' '.join(args.baseline_sets)}\nworking tree {' '.join(sets)}", flush=True)
     base_s, base_dir = run(base_tree, scratch / "baseline", args, args.baseline_sets)
     new_s, new_dir = run(ROOT, scratch / "working-tree", args, sets)
-    base_rows, new_rows = events(base_dir), events(new_dir)
+    base_rows, new_rows = RunDir(base_dir).events(), RunDir(new_dir).events()
     base_phases, new_phases = phases(base_rows), phases(new_rows)
     print(f"\n{'phase':20s} {'baseline s':>11s} {'working s':>10s} {'ratio':>6s}")
     for name in base_phases:
