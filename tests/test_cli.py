@@ -4,6 +4,7 @@ no traceback) for what was typed wrong."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 
 import pytest
@@ -212,3 +213,32 @@ def test_the_reproduction_and_reports_are_subcommands_of_the_one_command(capsys,
         with pytest.raises(SystemExit) as done:
             cli.main([name, "--help"])
         assert done.value.code == 0 and "usage:" in capsys.readouterr().out, name
+
+
+def test_a_run_starts_from_a_harness_file_of_your_own(capsys, tmp_path):
+    mine = tmp_path / "my_h0.py"
+    source = get_domain("toy").initial_harness_source().replace("Reply with the number only.",
+                                                                 "Answer with one integer.")
+    mine.write_text(source)
+    code, out, err = run_cli(capsys, "run", "--domain", "toy", "--method", "harness_only", "--preset", "smoke",
+                             "--runs-root", str(tmp_path / "runs"), "--set", f"initial_harness={mine}")
+    assert code == 0, err
+    (run,) = (tmp_path / "runs" / "smoke" / "toy").iterdir()
+    assert run.name == "harness_only-s0-my_h0"  # the file's name tells the run apart from h0's
+    config = json.loads((run / "config.json").read_text())
+    assert config["initial_harness"] == str(mine)
+    assert config["provenance"]["initial_harness_sha256"] == hashlib.sha256(source.encode()).hexdigest()
+    first = json.loads((run / "test" / "eval-000.jsonl").read_text().splitlines()[0])
+    assert "Answer with one integer." in json.dumps(first)  # its prompts are the file's
+
+
+@pytest.mark.parametrize("content, words", [(None, "no such harness file"),
+                                            ("import os\n", "not a valid starting harness")])
+def test_a_missing_or_invalid_harness_file_is_one_line_and_exit_2(capsys, tmp_path, content, words):
+    mine = tmp_path / "bad_h0.py"
+    if content is not None:
+        mine.write_text(content)
+    code, out, err = run_cli(capsys, "run", "--domain", "toy", "--method", "harness_only", "--preset", "smoke",
+                             "--runs-root", str(tmp_path / "runs"), "--set", f"initial_harness={mine}")
+    line = one_line_error(err)
+    assert code == 2 and str(mine) in line and words in line

@@ -4,6 +4,7 @@ fewer samples per problem, the final one never does."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,23 @@ def test_a_run_handed_a_policy_object_neither_reads_nor_writes_the_shared_store(
     run_method(_config(tmp_path, "harness_only"), policy=load_policy("tiny-random"))
     assert not (tmp_path / STORE).exists()
     assert [index for index, _ in evaluated].count(0) == 2
+
+
+def test_a_set_s_committed_store_gives_every_tier_and_machine_one_initial_evaluation(tmp_path, evaluated,
+                                                                                      monkeypatch):
+    store = tmp_path / "results" / "initial-eval"
+    first = run_method(_config(tmp_path / "main", "weight_only", initial_eval_store=str(store)))
+    evaluated.clear()
+    monkeypatch.setattr(evaluation, "cpu_kind", lambda: "another CPU kind")  # another machine, same set
+    grid = run_method(_config(tmp_path / "grid", "harness_only", initial_eval_store=str(store)))
+    assert 0 not in [index for index, _ in evaluated], "another tier on another machine reads the committed one"
+    initial = Path("test") / "eval-000.jsonl"
+    assert (grid.root / initial).read_bytes() == (first.root / initial).read_bytes()
+    (folder,) = (store / "toy").iterdir()
+    assert folder.name.startswith("s0-")  # one per (domain, seed), named by its seed
+    made_by = json.loads((folder / "inputs.json").read_text())["made_by"]
+    assert set(made_by) == {"source_sha256", "cpu_kind"} and made_by["cpu_kind"] != "another CPU kind"
+    assert not (tmp_path / "main" / STORE).exists() and not (tmp_path / "grid" / STORE).exists()
 
 
 def test_a_store_cut_off_before_its_metrics_counts_as_absent(tmp_path):

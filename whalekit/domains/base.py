@@ -181,6 +181,30 @@ def split_disjoint(items: list[Any], key: Callable[[Any], str], sizes: tuple[int
     return unique[:a], unique[a:a + b], unique[a + b:a + b + c]
 
 
+ANALYSIS_SEED_OFFSET = 1_000_003  # the analysis split's draw: another seed than the run's three splits
+
+
+def analysis_split(domain: Domain, held: Splits, n: int, seed: int, **load_options: Any) -> list[Task]:
+    """`n` tasks apart from `held`'s train, search and test (by task id), for analyses that must
+    not read the test split the verdicts use (the θ×h compatibility matrix). Drawn as a test
+    split of another seed, so any domain has one and the run's own three splits stay as they
+    are; a clear error when the domain cannot give `n` more tasks."""
+    if n <= 0:
+        raise ValueError(f"the analysis split needs a positive size, got {n}")
+    taken = {t.id for part in (held.train, held.search, held.test) for t in part}
+    for draw in (2 * n, 4 * n, 8 * n):
+        try:
+            pool = domain.load_splits(n_train=0, n_search=0, n_test=draw, seed=seed + ANALYSIS_SEED_OFFSET,
+                                      **load_options).test
+        except ValueError:
+            break  # the domain has fewer tasks than this draw asks for
+        chosen = [t for t in pool if t.id not in taken][:n]
+        if len(chosen) == n:
+            return chosen
+    raise ValueError(f"domain {domain.name!r}: cannot draw {n} analysis tasks apart from the run's "
+                     f"{len(taken)} train, search and test tasks; lower the analysis split's size")
+
+
 # Built-in domains, as "module:attribute" so that importing whalekit imports none of them.
 _REGISTRY: dict[str, str | Callable[..., Domain]] = {
     "chess": "whalekit.domains.chess:ChessDomain",

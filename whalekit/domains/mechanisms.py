@@ -35,9 +35,17 @@ class Mechanism:
     attributes: dict[str, str] = field(default_factory=dict)  # class attribute -> Python expression
     imports: tuple[str, ...] = ()  # import lines the methods need
     module_code: str = ""  # module-level helpers (constants, functions) the methods use
+    # Failure modes it changes beyond `targets`, found by the v3 audit (the domain's
+    # HOOK_FAILURE_MODES: what each hook it edits decides). Kept apart from `targets`, which the
+    # v2 records' proposer weighed; a proposer weighs them with `weigh_alters`.
+    alters: tuple[str, ...] = ()
 
     def hooks(self) -> set[str]:
         return set(self.methods) | set(self.attributes)
+
+    def audited_targets(self) -> tuple[str, ...]:
+        """Every failure mode it changes: its targets, then what the audit added."""
+        return self.targets + tuple(mode for mode in self.alters if mode not in self.targets)
 
 
 def _harness_class(tree: ast.Module) -> ast.ClassDef:

@@ -42,7 +42,8 @@ class RunConfig:
     method: str  # a row of whalekit.run.methods: whale | weight_only | harness_only | stagewise | ... | adaptive
     schedule: tuple[float, int] = (0.6, 6)  # (E epochs, I iterations) per cycle
     # the harness every method starts from, a file under the domain's harnesses/: h0 (the
-    # authors', also h0_faithful) or h0_cpu (h0 plus declared protocol scaffolding; the cpu preset)
+    # authors', also h0_faithful) or h0_cpu (h0 plus declared protocol scaffolding; the cpu preset);
+    # or the path of your own .py file (validated as a candidate; its sha256 in config.json)
     initial_harness: str = "h0"
     seed: int = 0
     preset: str = "cpu"
@@ -86,6 +87,15 @@ class RunConfig:
     # The initial evaluation (θ0, starting harness) is the same computation for every method of
     # a (domain, seed): made once and shared through runs_root/.shared/ (whalekit.run.initial_eval).
     share_initial_eval: bool = True
+    # A committed folder of initial evaluations every run of a pre-registered set reads (cpu-v3:
+    # results/cpu-v3/initial-eval): keyed by what the evaluation asks for, not by the code or CPU
+    # kind that made it, so every method, tier, session and machine of the set starts from one
+    # number per (domain, seed). None: runs_root/.shared, keyed by the code and CPU kind too.
+    initial_eval_store: str | None = None
+    # Keep every weight stage's last checkpoint (a LoRA adapter is a few MB) under
+    # <run>/stage-weights/stage-NN/: what the θ×h compatibility matrix scores
+    # (whalekit.repro.compatibility). Off: only the latest checkpoint is kept, for resuming.
+    keep_stage_weights: bool = False
     # test sampling: T 1 / top_p 1 / top_k 20, as the authors evaluated
     eval_sampling: SamplingParams = field(default_factory=SamplingParams)
     proposer: str = "reflective"  # reflective | anthropic | openai
@@ -137,7 +147,8 @@ class RunConfig:
         """`<method>[-E,I]-s<seed>`, plus `-<initial harness>` when a run starts from
         a harness other than a preset's own starting points (h0, h0_cpu): the
         zero-start runs from h0_faithful sit beside the preset's runs, never over them."""
-        suffix = "" if self.initial_harness in PRESET_INITIAL_HARNESSES else f"-{self.initial_harness}"
+        start = Path(self.initial_harness).stem if self.initial_harness.endswith(".py") else self.initial_harness
+        suffix = "" if self.initial_harness in PRESET_INITIAL_HARNESSES else f"-{start}"
         if not method(self.method).schedule_in_name:
             return f"{self.method}-s{self.seed}{suffix}"
         epochs, iterations = self.schedule

@@ -14,6 +14,7 @@ phase or the schedule reads.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import asdict
 
@@ -130,7 +131,9 @@ class _Driver:
         else:
             self.run.events_path.unlink(missing_ok=True)  # a start killed before its first commit
             self.run.write_config({**self.config.to_json(),
-                                   "provenance": provenance(self.config.sampler, self.sampler)})
+                                   "provenance": {**provenance(self.config.sampler, self.sampler),
+                                                  "initial_harness_sha256":
+                                                      hashlib.sha256(self.harnesses.h0_source.encode()).hexdigest()}})
             self.run.log("run_start", rollouts=0, budget=self.accounting.total(), budget_mode=self.config.budget.mode,
                          weight_steps=self.config.budget.weight_steps, method=self.config.method,
                          schedule=list(self.config.schedule), domain=self.config.domain, seed=self.config.seed,

@@ -85,13 +85,18 @@ class Evaluator:
         if not self.shares_initial_eval:
             return None
         c = self.config
-        self._initial_inputs = {
+        asked = {
             "domain": c.domain, "domain_options": c.domain_options, "split_options": c.split_options,
             "n_test": c.n_test, "seed": c.seed, "harness_id": self.seed_id, "model": c.model,
             "sampler": resolved_sampler(c.sampler, self.sampler), "vllm_options": c.vllm_options, "k": c.eval_k,
             "temperature": c.eval_sampling.temperature, "top_p": c.eval_sampling.top_p, "top_k": c.eval_sampling.top_k,
-            "max_new_tokens_cap": c.max_new_tokens_cap, "max_response_tokens": c.max_response_tokens,
-            "source_sha256": source_sha256(), "cpu_kind": cpu_kind()}
+            "max_new_tokens_cap": c.max_new_tokens_cap, "max_response_tokens": c.max_response_tokens}
+        made_by = {"source_sha256": source_sha256(), "cpu_kind": cpu_kind()}
+        if c.initial_eval_store is not None:  # the set's one evaluation, whichever code and machine made it
+            self._initial_inputs = {**asked, "made_by": made_by}
+            key = f"s{c.seed}-{initial_eval_key(asked)}"
+            return InitialEvalStore(Path(c.initial_eval_store) / c.domain, key, shared=False)
+        self._initial_inputs = {**asked, **made_by}
         return InitialEvalStore(Path(c.runs_root), initial_eval_key(self._initial_inputs))
 
     def evaluate(self, state: RunState, reason: str, runtime: Callable[[str], HarnessRuntime], rollouts: int) -> None:

@@ -9,7 +9,10 @@ it and stored under `<runs_root>/.shared/initial-eval/<key>/`; later runs copy i
 The key hashes everything the evaluation depends on: the domain and its options, the test
 split (seed, size, split options), the starting harness's source, the model, the sampler
 kind, the test sampling settings, the token limits, the package's own source (a code change
-makes a new key) and the CPU kind (bf16 and float32 machines sample differently). A run that
+makes a new key) and the CPU kind (bf16 and float32 machines sample differently). A
+pre-registered set (`RunConfig.initial_eval_store`, cpu-v3) instead commits one evaluation per
+(domain, seed) under its own folder, keyed without the code and CPU kind, which `inputs.json`
+records as `made_by`: every run of the set, on any machine, reads that one. A run that
 was handed a policy object (tests, notebooks) neither reads nor writes the store: its
 model is not known by name.
 
@@ -45,10 +48,11 @@ class InitialEvalStore:
 
     runs_root: Path
     key: str
+    shared: bool = True  # under runs_root/.shared/initial-eval; False: `runs_root` is the store's own folder
 
     @property
     def folder(self) -> Path:
-        return Path(self.runs_root) / STORE / self.key
+        return Path(self.runs_root) / STORE / self.key if self.shared else Path(self.runs_root) / self.key
 
     def load(self) -> tuple[Path, dict[str, Any]] | None:
         """(trajectories file, metrics) when this evaluation was made before, else None.

@@ -17,6 +17,7 @@ from typing import Any
 
 from whalekit.domains.base import Domain, Splits, get_domain
 from whalekit.episode import harness_id
+from whalekit.infra.errors import DataError
 from whalekit.infra.runs import RunDir
 from whalekit.rollouts.backends import backend_of, make_backend
 from whalekit.rollouts.budget import RolloutBudget
@@ -24,7 +25,7 @@ from whalekit.rollouts.engine import HarnessRuntime, InProcessHarness, RolloutSe
 from whalekit.run.config import RunConfig
 from whalekit.samplers import models
 from whalekit.samplers.base import PolicyLike
-from whalekit.sandbox.isolation import IsolatedHarness, IsolationLimits
+from whalekit.sandbox.isolation import IsolatedHarness, IsolationLimits, validate_candidate
 from whalekit.search.archive import archive_folders
 
 
@@ -37,6 +38,27 @@ def per_turn_limit(h0_source: str, max_response_tokens: int | None) -> str:
         return h0_source
     line = f"    max_new_tokens = {max_response_tokens}  # per turn: what the episode's response budget has left"
     return re.sub(r"^    max_new_tokens = \d+.*$", line, h0_source, count=1, flags=re.MULTILINE)
+
+
+class HarnessFileError(DataError):
+    """`initial_harness` names a .py file that is missing or fails validation."""
+
+
+def initial_harness_source(domain: Domain, name: str, splits: Splits, limits: IsolationLimits) -> str:
+    """The starting harness's source: a harness the domain ships (`h0`, `h0_cpu`, ...), or a
+    `.py` file of your own, validated as a proposed candidate is (static checks, then a dry
+    episode in a sandboxed worker on a training task) before the run starts."""
+    if not name.endswith(".py"):
+        return domain.initial_harness_source(name)
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise HarnessFileError.at(path, None, "no such harness file (initial_harness is a shipped harness name "
+                                              "such as h0, or the path of a .py file)")
+    source = path.read_text(encoding="utf-8")
+    problem = validate_candidate(source, (splits.train or splits.search or splits.test)[0].view(), limits)
+    if problem:
+        raise HarnessFileError.at(path, None, f"not a valid starting harness: {problem}")
+    return source
 
 
 class RunHarnesses:
@@ -98,6 +120,8 @@ class RunParts:
         domain = get_domain(config.domain, **config.domain_options)
         splits = domain.load_splits(n_train=config.n_train, n_search=config.n_search, n_test=config.n_test,
                                     seed=config.seed, **config.split_options)
+        # before the model loads: a bad harness file fails at once
+        start = initial_harness_source(domain, config.initial_harness, splits, config.search.limits())
         backend = None
         if policy is None and config.backend.kind == "ray":
             backend = make_backend(config.backend, model=config.model, sampler_kind=config.sampler,
@@ -108,7 +132,7 @@ class RunParts:
                 if config.sampler != "hf" else models.load_policy(config.model)
         settings = RolloutSettings(config.max_new_tokens_cap, config.max_response_tokens,
                                    backend or backend_of(policy.sampler))
-        h0_source = per_turn_limit(domain.initial_harness_source(config.initial_harness), config.max_response_tokens)
+        h0_source = per_turn_limit(start, config.max_response_tokens)
         run = RunDir(config.run_dir)
         harnesses = RunHarnesses(h0_source, run.root / "archive", config.search.limits())
         return cls(config, run, domain, splits, policy, RolloutBudget(config.budget.rollout_total), settings,

@@ -16,6 +16,27 @@ from __future__ import annotations
 
 from whalekit.domains.mechanisms import Composition, Mechanism
 
+# The audit (docs/reproduction-v3.md): the failure modes each hook a mechanism may edit decides
+# directly. A mechanism's targets plus its `alters` cover those of its hooks
+# (tests/test_mechanism_audit.py); a text hook (prompts, wordings) decides none by itself.
+HOOK_FAILURE_MODES: dict[str, tuple[str, ...]] = {
+    "board_extras": ("illegal_move",),
+    "legal_moves_text": ("illegal_move",),
+    "generation_settings": ("format_invalid",),
+    "max_new_tokens": ("format_invalid",),
+    "manage_context": ("incomplete_line",),
+    "format_nudge": ("format_invalid",),
+    "format_retries": ("format_invalid",),
+    "illegal_nudge": ("illegal_move",),
+    "illegal_retries": ("illegal_move",),
+    "max_turns": ("incomplete_line",),  # retries spend turns the puzzle's line needs
+    "extract_move": ("format_invalid",),
+    "few_shot": ("format_invalid",),
+    "user_message": (),
+    "system_prompt": (),
+    "first_user_message": (),
+}
+
 piece_lists = Mechanism(
     name="piece_lists",
     hypothesis="Listing each side's pieces by square ('White: Kg1, Qh5') under the diagram spares a small model "
@@ -108,6 +129,7 @@ retry_with_legal_list = Mechanism(
     hypothesis="Three retries whose note repeats the legal moves in one line recover replies a single retry "
                "throws away.",
     targets=("format_invalid", "illegal_move"),
+    alters=("incomplete_line",),  # its retries spend turns the line needs
     attributes={"format_retries": "3", "illegal_retries": "3", "max_turns": "15"},
     methods={"illegal_nudge": '''
 def illegal_nudge(self, move):

@@ -14,10 +14,29 @@ from __future__ import annotations
 
 from whalekit.domains.mechanisms import Composition, Mechanism
 
+# The audit (docs/reproduction-v3.md): the failure modes each hook a mechanism may edit decides
+# directly. A mechanism's targets plus its `alters` cover those of its hooks
+# (tests/test_mechanism_audit.py); a text hook (prompts, wordings) decides none by itself.
+HOOK_FAILURE_MODES: dict[str, tuple[str, ...]] = {
+    "first_prefill": ("no_answer", "tool_error"),  # a prefilled code block runs: its errors are tool errors
+    "answer_prefill": ("unparsable_answer",),
+    "few_shot": ("no_answer",),
+    "max_new_tokens": ("truncated",),
+    "max_turns": ("no_answer",),
+    "parse": ("no_answer",),
+    "error_feedback": ("no_answer",),
+    "format_tool_result": ("tool_error",),
+    "extract_answer": ("no_answer", "unparsable_answer"),
+    "manage_context": ("truncated",),
+    "system_prompt": (),
+    "first_user_message": (),
+}
+
 CODE_PREFILL = Mechanism(
     name="code_prefill",
     hypothesis="Opening the first reply with a ```python fence makes the model write code instead of prose.",
     targets=("no_answer", "wrong_answer", "truncated"),
+    alters=("tool_error",),  # the prefilled code runs: its errors are tool errors
     attributes={"first_prefill": repr("```python\n")},
 )
 
@@ -85,6 +104,7 @@ STRICT_BOXED_ANSWER = Mechanism(
     name="strict_boxed_answer",
     hypothesis="Refusing replies without code or \\boxed{} (with feedback) makes the answer explicit.",
     targets=("unparsable_answer", "wrong_answer"),
+    alters=("no_answer",),  # a stricter parse turns loose answers into format errors
     imports=("from whalekit.harness import FormatError",),
     methods={"parse": '''
 def parse(self, reply, state):
@@ -120,6 +140,7 @@ ANSWER_FROM_LAST_OUTPUT = Mechanism(
     name="answer_from_last_output",
     hypothesis="When the turns run out after a tool call, the last printed number is a better answer than none.",
     targets=("no_answer", "tool_error", "truncated"),
+    alters=("unparsable_answer",),  # what it extracts decides whether the answer parses
     imports=("import re",),
     methods={"extract_answer": '''
 def extract_answer(self, state):

@@ -13,6 +13,25 @@ from __future__ import annotations
 
 from whalekit.domains.mechanisms import Composition, Mechanism
 
+# The audit (docs/reproduction-v3.md): the failure modes each hook a mechanism may edit decides
+# directly. A mechanism's targets plus its `alters` cover those of its hooks
+# (tests/test_mechanism_audit.py); a text hook (prompts, wordings) decides none by itself.
+HOOK_FAILURE_MODES: dict[str, tuple[str, ...]] = {
+    "initial_tool_calls": ("no_search", "retrieval_miss", "wrong_answer_given_hit"),  # the first query, k, docs shown
+    "forced_search": ("no_search",),
+    "format_tool_result": ("wrong_answer_given_hit", "context_overflow"),
+    "docs_shown": ("wrong_answer_given_hit", "context_overflow"),
+    "doc_chars": ("wrong_answer_given_hit", "context_overflow"),
+    "generation_settings": ("no_answer",),
+    "parse": ("no_answer",),
+    "extract_answer": ("no_answer",),
+    "error_feedback": ("no_answer",),
+    "few_shot": ("no_answer",),
+    "max_turns": ("no_answer",),
+    "system_prompt": (),
+    "first_user_message": (),
+}
+
 _FORMAT_RESULTS = '''
 def format_tool_result(self, result, state):
     documents = result.meta.get("documents", [])
@@ -28,6 +47,7 @@ FORCED_FIRST_SEARCH = Mechanism(
     hypothesis="A small model often answers without searching; searching the question before it speaks "
                "puts the relevant documents in front of it from the first turn.",
     targets=("no_search", "no_answer"),
+    alters=("retrieval_miss", "wrong_answer_given_hit"),  # its first search picks query and k, shows the documents
     methods={
         "initial_tool_calls": '''
 def initial_tool_calls(self, task):

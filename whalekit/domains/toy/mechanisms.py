@@ -12,6 +12,19 @@ attributes, imports, module helpers) the real domains' catalogues use.
 
 from whalekit.domains.mechanisms import Mechanism
 
+# The audit (docs/reproduction-v3.md): the failure modes each hook a mechanism may edit decides
+# directly; a text hook decides none by itself (tests/test_mechanism_audit.py).
+HOOK_FAILURE_MODES: dict[str, tuple[str, ...]] = {
+    "generation_settings": ("no_answer",),
+    "few_shot": ("no_answer",),
+    "parse": ("wrong_answer",),
+    "initial_tool_calls": ("wrong_answer",),
+    "error_feedback": ("no_answer",),
+    "max_turns": ("no_answer",),
+    "system_prompt": (),
+    "first_user_message": (),
+}
+
 CATALOGUE: list[Mechanism] = [
     Mechanism(
         name="prefill_answer",

@@ -1,5 +1,6 @@
 """The weight phase as the driver steps it: one RSFT batch per step (whalekit.weights.rsft's trainer),
-its checkpoint saved with the step, the batch record as the `rsft_batch` event. The
+its checkpoint saved with the step, the batch record as the `rsft_batch` event; with
+`keep_stage_weights`, each weight stage's last checkpoint kept as `stage-weights/stage-NN`. The
 `rsft` entry of whalekit.run.phases.weight_updates' WEIGHT_UPDATES.
 
     phase = RSFTPhase(parts)                   # parts: whalekit.run.parts.RunParts
@@ -20,6 +21,8 @@ from whalekit.run.schedules import Stage
 from whalekit.run.state import RunState
 from whalekit.weights.rsft import RSFTTrainer
 
+STAGE_WEIGHTS = "stage-weights"  # <run>/stage-weights/stage-NN: a weight stage's last checkpoint
+
 
 class RSFTPhase:
     """Online rejection-sampling fine-tuning, one sampled batch per step."""
@@ -32,6 +35,7 @@ class RSFTPhase:
         self.trainer = RSFTTrainer(parts.policy, parts.domain, parts.splits.train, self.config, parts.budget,
                                    settings=parts.settings)
         self.checkpoints = parts.run.root / "checkpoints"
+        self.kept = parts.run.root / STAGE_WEIGHTS if parts.config.keep_stage_weights else None
 
     def step(self, state: RunState, stage: Stage) -> StepRecord | None:
         """One RSFT batch of the running weight stage, the batch `RSFTTrainer.train` would take
@@ -55,6 +59,7 @@ class RSFTPhase:
     def resume(self, state: RunState) -> None:
         if state.checkpoint:
             self.trainer.load_checkpoint(Path(state.checkpoint))
+        self.keep_stage_weights(state)  # a kill between the stage's commit and its copy
 
     def spent(self, state: RunState) -> dict[str, int]:
         return {RSFT_PHASE: self.trainer.state.sampled}
@@ -68,11 +73,29 @@ class RSFTPhase:
         return sum(window) / len(window) if window else None
 
     def committed(self, state: RunState) -> None:
-        """Checkpoints other than the committed state's are removed."""
+        """Checkpoints other than the committed state's are removed (a finished weight stage's
+        kept first, with `keep_stage_weights`)."""
+        self.keep_stage_weights(state)
         if self.checkpoints.exists():
             for old in self.checkpoints.iterdir():
                 if str(old) != state.checkpoint:
                     shutil.rmtree(old, ignore_errors=True)
+
+    def keep_stage_weights(self, state: RunState) -> None:
+        """Copy the committed checkpoint to `stage-weights/stage-NN` when the stage just closed
+        (number NN of the run's stages) was a weight stage; idempotent, and a kill mid-copy
+        leaves only a `.tmp` folder, which the next call replaces."""
+        if self.kept is None or state.stage is not None or not state.history or not state.checkpoint:
+            return
+        if state.history[-1]["kind"] != self.kind:
+            return
+        target = self.kept / f"stage-{len(state.history) - 1:02d}"
+        if target.exists():
+            return
+        tmp = target.with_name(target.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(state.checkpoint, tmp)
+        tmp.rename(target)
 
     def close(self) -> None:
         self.trainer.close()

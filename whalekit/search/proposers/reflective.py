@@ -39,7 +39,7 @@ class ReflectiveProposer(Proposer):
     name = "reflective"
 
     def __init__(self, catalogue: list[Mechanism], seed: int = 0, parents_considered: int = 3,
-                 crossover_rate: float = 0.25):
+                 crossover_rate: float = 0.25, weigh_alters: bool = False):
         if not catalogue:
             raise ValueError("the reflective proposer needs a non-empty mechanism catalogue for the domain")
         if not 0 <= crossover_rate <= 1 or parents_considered < 1:
@@ -48,6 +48,9 @@ class ReflectiveProposer(Proposer):
         self.seed = seed
         self.parents_considered = parents_considered  # top-k candidates that may serve as parents
         self.crossover_rate = crossover_rate  # share of proposals that combine two good candidates
+        # weigh every failure mode a mechanism changes (Mechanism.audited_targets, the v3 preset)
+        # rather than its declared targets alone (what the v2 records' proposer did)
+        self.weigh_alters = weigh_alters
         self.calls = 0
 
     def carried(self, source: str) -> list[Mechanism]:
@@ -129,16 +132,21 @@ class ReflectiveProposer(Proposer):
             if harness_id(new_source) in taken:
                 continue
             # weight: the failures it targets, plus credit for having helped before, plus a floor to explore
-            weight = sum(counts[t] for t in mechanism.targets) + 2 * helpful[mechanism.name] + 0.5
+            weight = sum(counts[t] for t in self.weighed_targets(mechanism)) + 2 * helpful[mechanism.name] + 0.5
             options.append((mechanism, new_source))
             weights.append(weight)
         if not options:
             return None
         mechanism, new_source = rng.choices(options, weights=weights, k=1)[0]
-        targeted = ", ".join(f"{t} ({counts[t]} of {total} failures)" for t in mechanism.targets if counts[t]) \
-            or "no observed failure mode yet (exploration)"
+        targeted = ", ".join(f"{t} ({counts[t]} of {total} failures)" for t in self.weighed_targets(mechanism)
+                             if counts[t]) or "no observed failure mode yet (exploration)"
         return Candidate(new_source, [parent], f"{mechanism.hypothesis} Targets: {targeted}.",
                          f"mechanisms: {mechanism.name}", {"mechanisms": [mechanism.name]})
+
+    def weighed_targets(self, mechanism: Mechanism) -> tuple[str, ...]:
+        """The failure modes a mechanism's weight counts: its declared targets, or (weigh_alters)
+        every mode the audit found it changes."""
+        return mechanism.audited_targets() if self.weigh_alters else mechanism.targets
 
     def _crossover(self, archive: Archive, best: str, other: str) -> Candidate | None:
         source = archive.source(best)
