@@ -11,7 +11,8 @@ import pytest
 
 from whalekit.domains.base import analysis_split, get_domain
 from whalekit.infra.runs import RunDir
-from whalekit.repro.compatibility import Agent, Matrix, load_matrix, reading, score_matrix, stage_agents
+from whalekit.report.compatibility import Agent, Matrix, load_matrix, reading
+from whalekit.repro.compatibility import score_matrix, stage_agents
 from whalekit.run.driver import resolve_config, run_method
 
 
@@ -82,3 +83,20 @@ def test_the_reading_finds_conditional_over_optimisation_when_the_diagonal_wins(
     assert fitted["weight_gains"]["θ1"]["mean_gain_under_other_harnesses"] == pytest.approx(0.7)
     assert fitted["best_harness_per_weights"] == {"θ0": "h0", "θ1": "h1"}
     assert fitted["best_weights_per_harness"] == {"h0": "θ1", "h1": "θ1"}
+
+
+def test_the_heatmap_draws_every_cell_and_outlines_each_harness_with_its_own_weights(tmp_path):
+    from whalekit.report.compatibility_plots import compatibility_figure
+    from whalekit.report.plot_style import overlapping_texts, save_figure
+
+    matrix = _matrix({"θ0|h0": 0.2, "θ0|h1": 0.1, "θ1|h0": 0.5, "θ1|h1": 0.8})
+    matrix.conditions = {"model": "smollm2-135m", "proposer": "reflective", "split": "analysis", "cpu_kind": "a CPU"}
+    fig = compatibility_figure([matrix, matrix])
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert sorted(texts) == ["10", "20", "50", "80"]
+    outlined = [p for p in fig.axes[0].patches if not p.get_fill()]
+    assert [(p.get_x(), p.get_y()) for p in outlined] == [(-0.5, -0.5), (0.5, 0.5)]  # h0 with θ0, h1 with θ1
+    assert overlapping_texts(fig) == []
+    assert all(path.exists() for path in save_figure(fig, tmp_path / "fig"))
+    with pytest.raises(ValueError, match="score a run"):
+        compatibility_figure([])
