@@ -56,3 +56,18 @@ def test_the_checks_read_the_search_noise_and_the_candidates_per_stage_from_the_
     assert run["stage_candidates"] == [{"proposed": 1, "evaluated": 1}, {"proposed": 3, "evaluated": 2}]
     assert (run["initial"], run["final"], run["wall_s"]) == (0.1, 0.4, 1800.0)
     assert found["calibration"] == {"math h0 (search split)": {"value": 0.133, "passes": True}}
+
+
+def test_a_new_math_mix_is_read_per_family_from_the_search_split():
+    per_problem = {"arithmetic-1": 1.0, "arithmetic-2": 0.5, "word-3": 0.0}
+    assert pilot.by_family(per_problem) == {"arithmetic": 0.75, "word": 0.0}
+
+
+def test_the_weight_lever_s_room_is_the_first_weight_stage_s_share_of_batches_that_accepted_one():
+    events = [{"event": "stage_start", "kind": "harness"}, {"event": "rsft_batch", "accepted": 0},
+              {"event": "stage_end"}, {"event": "stage_start", "kind": "weight"},
+              {"event": "rsft_batch", "accepted": 0}, {"event": "rsft_batch", "accepted": 3},
+              {"event": "rsft_batch", "accepted": 1}, {"event": "rsft_batch", "accepted": 0},
+              {"event": "stage_end"}, {"event": "rsft_batch", "accepted": 5}]
+    assert pilot.training_signal(events) == 0.5
+    assert pilot.training_signal([{"event": "test_eval"}]) is None

@@ -204,9 +204,13 @@ def test_the_same_source_at_another_commit_is_refused_and_an_unknown_commit_is_n
 def test_figures_read_records_first_and_fall_back_to_runs_saying_so(records, tmp_path):
     root, _ = records
     said: list[str] = []
-    assert results.choose_root(root, tmp_path / "runs", "smoke", log=said.append) == root and not said
+    assert results.choose_root(root, tmp_path / "runs", "smoke", log=said.append) == root
     assert results.choose_root(root, tmp_path / "runs", "cpu", log=said.append) == tmp_path / "runs"
-    assert said == [f"no records under {root / 'cpu'}: reading the run directories under {tmp_path / 'runs' / 'cpu'}"]
+    assert results.choose_root(None, tmp_path / "runs", "smoke", log=said.append) == tmp_path / "runs"
+    assert said == [f"reading the committed records under {root / 'smoke'} (results_root = None reads "
+                    f"{tmp_path / 'runs' / 'smoke'} instead)",
+                    f"no records under {root / 'cpu'}: reading the run directories under {tmp_path / 'runs' / 'cpu'}",
+                    f"reading your run directories under {tmp_path / 'runs' / 'smoke'} (results_root is None)"]
 
 
 def test_the_figures_entry_point_writes_every_notebook_output_with_the_same_bytes_twice(records, tmp_path):

@@ -117,14 +117,20 @@ def is_record(folder: str | Path) -> bool:
     return (folder / "record.json").exists() and RunDir(folder).done
 
 
-def choose_root(results_root: str | Path, runs_root: str | Path, preset: str,
+def choose_root(results_root: str | Path | None, runs_root: str | Path, preset: str,
                 log: Callable[[str], None] = print) -> Path:
-    """Where figures and tables read `preset` from: the committed records when results_root
-    holds a finished one for it, else the run directories (saying so)."""
+    """Where figures and tables read `preset` from, said either way: the committed records
+    when results_root holds a finished one for it, else the run directories; results_root
+    None reads the run directories (your own runs) whatever is committed."""
+    runs = Path(runs_root) / Path(preset).stem
+    if results_root is None:
+        log(f"reading your run directories under {runs} (results_root is None)")
+        return Path(runs_root)
     base = Path(results_root) / Path(preset).stem
     if any(RunDir(p.parent).done for p in base.glob("*/*/config.json")):
+        log(f"reading the committed records under {base} (results_root = None reads {runs} instead)")
         return Path(results_root)
-    log(f"no records under {base}: reading the run directories under {Path(runs_root) / Path(preset).stem}")
+    log(f"no records under {base}: reading the run directories under {runs}")
     return Path(runs_root)
 
 

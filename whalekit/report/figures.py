@@ -66,9 +66,10 @@ def schedule_grid(root: Path, preset: str, out: Path) -> list[Path]:
     runs = run_summaries.grid_runs(root, preset)
     if not runs:
         return []
-    table = tables.schedule_grid(root, preset, floors=tables.floor_scores(runs))
+    floors = tables.floor_scores(runs)
+    table = tables.schedule_grid(root, preset, floors=floors)
     return tables.save_table(table, out / "table3_schedule_grid") + \
-        _save({"fig4_schedule_grid": plots.schedule_grid_figure(runs)}, out)
+        _save({"fig4_schedule_grid": plots.schedule_grid_figure(runs, floors)}, out)
 
 
 def adaptive(root: Path, preset: str, out: Path) -> list[Path]:
@@ -79,7 +80,7 @@ def adaptive(root: Path, preset: str, out: Path) -> list[Path]:
 
 def harness_archive(root: Path, preset: str, out: Path) -> list[Path]:
     """Notebook 07: per WHALE run, the lineage of the accepted harness and its diff against
-    the seed of the archive that proposed it (one file per domain: the last seed's)."""
+    the seed of the archive that proposed it, one file per (domain, seed)."""
     written: list[Path] = []
     for run in [r for r in run_summaries.main_runs(root, preset) if r.method == "whale"]:
         accepted = (run.end or {}).get("accepted_id")
@@ -87,11 +88,11 @@ def harness_archive(root: Path, preset: str, out: Path) -> list[Path]:
             run.path / "archive", run.domain, accepted)
         if archive is None or accepted is None:
             continue
-        figure = plots.lineage_figure(archive, accepted, title=f"{run.domain}: harness lineage ({len(archive)} "
-                                                               "candidates)")
-        written += _save({f"fig_lineage_{run.domain}": figure}, out)
+        figure = plots.lineage_figure(archive, accepted, title=f"{run.domain}, seed {run.seed}: harness lineage "
+                                                               f"({len(archive)} candidates)")
+        written += _save({f"fig_lineage_{run.domain}_s{run.seed}": figure}, out)
         diff = archive.diff(accepted, archive.seed_id()) or f"# {run.domain}: the accepted harness is the seed itself\n"
-        path = out / f"harness_diff_{run.domain}.diff"
+        path = out / f"harness_diff_{run.domain}_s{run.seed}.diff"
         path.write_text(diff, encoding="utf-8")
         written.append(path)
     return list(dict.fromkeys(written))

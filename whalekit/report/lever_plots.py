@@ -19,7 +19,16 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from whalekit.report.plot_style import CONTROL_COLOUR, PAGE_WIDTH, figure, legend, method_colour, paper_style, require
+from whalekit.report.plot_style import (
+    CONTROL_COLOUR,
+    PAGE_WIDTH,
+    conditions_caption,
+    figure,
+    legend,
+    method_colour,
+    paper_style,
+    require,
+)
 from whalekit.report.run_summaries import DOMAIN_ORDER, RunSummary
 from whalekit.report.stage_effects import lever_totals
 from whalekit.report.stats import Interval, paired_difference, seed_interval
@@ -40,17 +49,6 @@ def _errorbar(ax: Any, x: float, value: Interval, colour: str, label: str | None
                 fmt=marker, color=colour, ms=5, elinewidth=1.2, capsize=3, label=label, zorder=3)
     ax.plot([x + 0.12] * len(value.seed_values), [100 * v for v in value.seed_values], ".", color="black", ms=3,
             zorder=4, label="one seed")
-
-
-def conditions_caption(runs: list[RunSummary]) -> str:
-    """'SmolLM2 ... : model smollm2-135m, proposer reflective, 1,440 rollouts, seeds 0, 1, 2'."""
-    models = sorted({str(r.config.get("model")) for r in runs})
-    proposers = sorted({str(r.config.get("proposer")) for r in runs if r.method != "weight_only"})
-    budgets = sorted({int((r.config.get("budget") or {}).get("rollouts", 0)) for r in runs})
-    seeds = sorted({r.seed for r in runs})
-    return (f"conditions: model {', '.join(models)}; proposer {', '.join(proposers)}; budget "
-            f"{', '.join(f'{b:,}' for b in budgets)} rollouts; seeds {', '.join(map(str, seeds))}; "
-            "95 % t-intervals over seeds")
 
 
 @paper_style

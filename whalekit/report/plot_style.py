@@ -120,6 +120,19 @@ def require(runs: list[RunSummary], what: str) -> None:
         raise ValueError(f"{what}: no finished runs to plot")
 
 
+def conditions_caption(runs: list[RunSummary]) -> str:
+    """'conditions: model smollm2-135m; proposer reflective; budget 1,440 rollouts; seeds 0, 1, 2;
+    CPU AMD EPYC, native bf16 (...)': what every figure's reading is about."""
+    models = sorted({str(r.config.get("model")) for r in runs})
+    proposers = sorted({str(r.config.get("proposer")) for r in runs if r.method != "weight_only"})
+    budgets = sorted({int((r.config.get("budget") or {}).get("rollouts", 0)) for r in runs})
+    seeds = sorted({r.seed for r in runs})
+    cpus = sorted({str((r.config.get("provenance") or {}).get("cpu_kind") or "not recorded") for r in runs})
+    return (f"conditions: model {', '.join(models)}; proposer {', '.join(proposers) or 'none'}; budget "
+            f"{', '.join(f'{b:,}' for b in budgets)} rollouts; seeds {', '.join(map(str, seeds))}; "
+            f"CPU {' + '.join(cpus)}; 95 % t-intervals over seeds")
+
+
 # -- layout check ------------------------------------------------------------------------
 def overlapping_texts(fig: Figure) -> list[tuple[str, str]]:
     """Pairs of texts drawn on top of each other when `fig` is rendered (titles, labels,

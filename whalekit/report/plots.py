@@ -41,6 +41,7 @@ from whalekit.report.plot_style import (
     PAPER_STYLE,
     SCHEDULE_STYLES,
     accuracy_label,
+    conditions_caption,
     figure,
     legend,
     method_colour,
@@ -72,11 +73,12 @@ def _by_domain(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
     return dict(sorted(groups.items(), key=lambda kv: DOMAIN_ORDER.index(kv[0]) if kv[0] in DOMAIN_ORDER else 99))
 
 
-def _not_run_note(runs: list[RunSummary], domain_runs: list[RunSummary]) -> str:
+def _not_run_note(runs: list[RunSummary], domain_runs: list[RunSummary], shown: tuple[str, ...] | None = None) -> str:
     """A panel's note naming the methods drawn elsewhere in the figure but never run here
-    (absent, not 0)."""
+    (absent, not 0); `shown`: only those of the panel's own method group."""
     methods = {r.method for r in domain_runs}
-    missing = [METHOD_LABELS.get(m, m) for m in METHOD_ORDER if m not in methods and any(r.method == m for r in runs)]
+    missing = [METHOD_LABELS.get(m, m) for m in METHOD_ORDER if m not in methods and any(r.method == m for r in runs)
+               and (shown is None or m in shown)]
     # wrapped to a panel's width (three to a page row), so it never reaches the next panel
     return "\n" + textwrap.fill(f"{NOT_RUN}: " + ", ".join(missing), 34) if missing else ""
 
@@ -141,35 +143,60 @@ def _controls(ax: Any, runs: list[RunSummary], floor: Any = None) -> None:
             ax.axhline(100 * value.mean, ls=":", lw=0.8, color=CONTROL_COLOUR, label=FLOOR_LABEL)
 
 
+# Figure 2's panels: WHALE beside one family of comparisons each, so no panel overlays seven bands
+METHOD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("vs single levers", ("whale", "weight_only", "harness_only")),
+    ("vs prompt-only", ("whale", "fst")),
+    ("vs schedules", ("whale", "stagewise", "stagewise_reverse", "adaptive")),
+)
+
+
+def _groups(runs: list[RunSummary]) -> list[tuple[str, tuple[str, ...]]]:
+    """The method groups with a run beside WHALE's (the first group when there is none)."""
+    present = {r.method for r in runs}
+    shown = [g for g in METHOD_GROUPS if any(m in present for m in g[1][1:])]
+    grouped = {m for _, methods in METHOD_GROUPS for m in methods}
+    others = tuple(sorted(present - grouped))
+    if others:  # a method added to the registry but to no group still gets drawn
+        shown.append(("other methods", ("whale", *others)))
+    return shown or [METHOD_GROUPS[0]]
+
+
 @paper_style
 def accuracy_curve_figure(runs: list[RunSummary], best_so_far: bool = False,
                          floors: dict[str, Any] | None = None) -> Figure:
-    """Figure 2: test mean@k at each evaluation against cumulative rollouts, one panel per
-    domain, one line per method: the mean over seeds with its 95 % t-interval band over
-    the seed means; h0 with the initial weights dashed. `best_so_far` draws the
+    """Figure 2 as small multiples: a row per domain, a panel per method group (WHALE beside the
+    single levers, beside prompt-only, beside the schedules), test mean@k at each evaluation
+    against cumulative rollouts: the mean over seeds with its 95 % t-interval band over the
+    seed means; h0 with the initial weights dashed, the floor dotted. `best_so_far` draws the
     paper's best-so-far curve instead, which selects on test (and says so)."""
     require(runs, "Figure 2")
-    groups = _by_domain(runs)
-    fig, axes = figure(len(groups), ncols=min(3, len(groups)), height=2.4)
-    for ax, (domain, domain_runs) in zip(axes, groups.items()):
-        for method in METHOD_ORDER:
-            group = [r for r in domain_runs if r.method == method]
-            if not group:
-                continue
-            xs, curve = accuracy_curve(group, best_so_far)
-            colour = method_colour(method)
-            ax.plot(xs, [100 * c.mean for c in curve], drawstyle="steps-post", marker="o", ms=2, color=colour,
-                    label=METHOD_LABELS.get(method, method))
-            ax.fill_between(xs, [100 * c.low for c in curve], [100 * c.high for c in curve], step="post",
-                            color=colour, alpha=0.15, lw=0)
-        _controls(ax, domain_runs, (floors or {}).get(domain))
-        ax.set_title(domain + _not_run_note(runs, domain_runs))
-        ax.set_xlabel("rollouts")
-        ax.set_ylabel(("best-so-far " if best_so_far else "") + accuracy_label(domain_runs[0].k))
+    domains = _by_domain(runs)
+    groups = _groups(runs)
+    fig, axes = figure(len(domains) * len(groups), ncols=len(groups), height=2.0, sharey=False)
+    panels = iter(axes)
+    for domain, domain_runs in domains.items():
+        for column, (title, methods) in enumerate(groups):
+            ax = next(panels)
+            for method in methods:
+                group = [r for r in domain_runs if r.method == method]
+                if not group:
+                    continue
+                xs, curve = accuracy_curve(group, best_so_far)
+                colour = method_colour(method)
+                ax.plot(xs, [100 * c.mean for c in curve], drawstyle="steps-post", marker="o", ms=2, color=colour,
+                        label=METHOD_LABELS.get(method, method))
+                ax.fill_between(xs, [100 * c.low for c in curve], [100 * c.high for c in curve], step="post",
+                                color=colour, alpha=0.15, lw=0)
+            _controls(ax, domain_runs, (floors or {}).get(domain))
+            ax.set_title(f"{domain}: {title}" + _not_run_note(runs, domain_runs, methods))
+            ax.set_xlabel("rollouts")
+            if column == 0:  # one label a row: the panels of a row share its quantity
+                ax.set_ylabel(("best-so-far " if best_so_far else "") + accuracy_label(domain_runs[0].k))
     what = ("best so far over evaluations (selected on test)" if best_so_far
             else "at each evaluation (last: after the whole budget)")
-    fig.suptitle(f"test {curve_k(runs)} {what}\nmean over seeds, band: 95 % t-interval over the seed means",
-                 fontsize=PAPER_STYLE["axes.titlesize"])
+    fig.suptitle(f"test {curve_k(runs)} {what}; mean over seeds, band: 95 % t-interval over the seed means\n"
+                 f"{conditions_caption(runs)}", fontsize=PAPER_STYLE["axes.titlesize"] - 1)
     legend(fig, axes)
     return fig
 
@@ -221,6 +248,7 @@ def accuracy_bars_figure(runs: list[RunSummary], point: str = "final", floors: d
     ax.set_ylabel(accuracy_label(k))
     ax.set_title(POINT_LABELS[point].format(k=k) + "\nbars: mean over seeds, error bars: 95 % t-interval over seeds, "
                  "dots: seeds" + (f", hatched: {NOT_RUN}" if hatched else ""))
+    fig.suptitle(conditions_caption(runs), fontsize=6.5, color=CONTROL_COLOUR)
     legend(fig, [ax])
     return fig
 
@@ -249,10 +277,11 @@ def schedule_colours(labels: list[str]) -> dict[str, Any]:
 
 
 @paper_style
-def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
+def schedule_grid_figure(runs: list[RunSummary], floors: dict[str, Any] | None = None) -> Figure:
     """Figure 4: per schedule, test mean@k at each evaluation against rollouts (mean over
     seeds; left) and the final test mean@k with its 95 % interval (bars) beside the best
-    over evaluations (diamonds, selected on test; right); h0 dashed in both."""
+    over evaluations (diamonds, selected on test; right); h0 dashed in both, the domain's
+    floor (chess: random legal moves) dotted in both when given."""
     require(runs, "Figure 4")
     labels = list(dict.fromkeys(schedule_label(r) for r in runs))
     styles = schedule_styles(labels)
@@ -263,7 +292,8 @@ def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
         colour, marker, dash = styles[label]
         left.plot(xs, [100 * c.mean for c in curve], drawstyle="steps-post", color=colour, label=label,
                   marker=marker or None, ms=3, linestyle=dash)
-    _controls(left, runs)
+    floor = (floors or {}).get(runs[0].domain)
+    _controls(left, runs, floor)
     left.set_xlabel("rollouts")
     left.set_ylabel(accuracy_label(runs[0].k))
     left.set_title(f"{runs[0].domain}: test {curve_k(runs)} at each evaluation\n"
@@ -282,9 +312,13 @@ def schedule_grid_figure(runs: list[RunSummary]) -> Figure:
             right.plot(i, 0, marker, color=colours[label], ms=4, clip_on=False, zorder=5)
     h0 = _known(interval(initial_runs(runs)[runs[0].domain], "initial", n_resamples=FIGURE_RESAMPLES))
     right.axhline(100 * h0.mean, ls="--", lw=0.8, color=CONTROL_COLOUR)
+    floor_value = floor_interval(floor, FIGURE_RESAMPLES) if floor is not None else None
+    if floor_value is not None:
+        right.axhline(100 * floor_value.mean, ls=":", lw=0.8, color=CONTROL_COLOUR)
     right.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
     right.set_ylabel(accuracy_label(runs[0].k))
     right.set_title("bars: final (after the whole budget), 95 % t-interval, dots: seeds")
+    fig.suptitle(conditions_caption(runs), fontsize=6.5, color=CONTROL_COLOUR)
     legend(fig, [left, right])
     return fig
 

@@ -36,18 +36,19 @@ from whalekit.run.driver import run_method
 
 PRESET = "cpu-v3"
 # In the order they are made: the weight-only math run first, since the math mix is checked on its
-# final weights and a failed check changes the design before the other math runs are made.
+# final weights and a failed check changes the design before the other math runs are made; then
+# the search QA runs, which no math check can void; the other math runs last.
 PILOT: tuple[tuple[str, str, str | None], ...] = (
     ("math", "weight_only", None),
-    ("math", "whale", "0.6,6"),
     ("searchqa", "whale", "0.6,6"),
-    ("math", "stagewise_reverse", None),
     ("searchqa", "stagewise_reverse", None),
     ("searchqa", "weight_only", None),
-    ("math", "harness_only", None),
     ("searchqa", "harness_only", None),
-    ("math", "whale", "0.2,6"),
     ("searchqa", "whale", "0.2,6"),
+    ("math", "whale", "0.6,6"),
+    ("math", "stagewise_reverse", None),
+    ("math", "harness_only", None),
+    ("math", "whale", "0.2,6"),
 )
 MATRIX_METHODS = ("whale", "stagewise", "stagewise_reverse")  # runs whose θ×h matrix the design reads
 MATRIX_PROBLEMS, MATRIX_SAMPLES = 64, 4  # the analysis split and mean@k of docs/reproduction-v3.md
@@ -80,6 +81,7 @@ def analyse(config: RunConfig, log: Any = print) -> None:
                              out=compatibility_path(config, "-search-final"))
         cell = next(iter(level.cells.values()))
         record = {"split": "search", "preset": PRESET, "domain": config.domain, "run": config.run_name,
+                  "by_subset": by_family(cell["per_problem"]),
                   "what": "weight-only's final weights with h0 on the search split (the math mix's check)",
                   "mean_at_k": cell["mean"], "k": config.eval_k, "problems": level.n_problems,
                   "passes": cell["mean"] < WEIGHT_ONLY_CEILING, "ceiling": WEIGHT_ONLY_CEILING,
@@ -104,6 +106,15 @@ def draw_matrices(domain: str, figures: Path = Path("figures") / PRESET) -> list
     matrices = [load_matrix(p) for p in sorted(paths, key=lambda p: order[p.stem])
                 if "reading" in json.loads(p.read_text(encoding="utf-8"))]
     return save_figure(compatibility_figure(matrices), figures / f"fig_compatibility_{domain}") if matrices else []
+
+
+def by_family(per_problem: dict[str, float]) -> dict[str, float]:
+    """Mean per problem family, the family being a generated math task id's prefix
+    (`arithmetic-58988fce3cee`): what a new difficulty mix is chosen from."""
+    families: dict[str, list[float]] = {}
+    for task, value in per_problem.items():
+        families.setdefault(task.split("-")[0], []).append(value)
+    return {family: statistics.mean(values) for family, values in sorted(families.items())}
 
 
 def make(max_hours: float | None, log: Any = print) -> Records:
@@ -145,6 +156,20 @@ def search_noise(folder: Path) -> list[float]:
     return differences
 
 
+def training_signal(events: list[dict[str, Any]]) -> float | None:
+    """Share of the first weight stage's RSFT batches that accepted at least one trajectory
+    (the weight lever's room at θ0); None for a run without a weight stage."""
+    inside, accepted = False, []
+    for event in events:
+        if event["event"] == "stage_start" and event.get("kind") == "weight":
+            inside = True
+        elif event["event"] == "stage_end" and inside:
+            break
+        elif event["event"] == "rsft_batch" and inside:
+            accepted.append(int(event["accepted"]) > 0)
+    return sum(accepted) / len(accepted) if accepted else None
+
+
 def stage_candidates(folder: Path) -> list[dict[str, int]]:
     """Per harness stage (archive round) of a record: candidates proposed and evaluated."""
     out = []
@@ -172,6 +197,9 @@ def checks(results: Path = RESULTS) -> dict[str, Any]:
         if config.method == "whale":
             run["stage_candidates"] = stage_candidates(folder)
             noise += search_noise(folder)
+        signal = training_signal(events)
+        if signal is not None:
+            run["first_weight_stage_batches_with_an_accepted_trajectory"] = signal
         matrix = compatibility_path(config)
         if matrix.exists():
             run["matrix"] = json.loads(matrix.read_text(encoding="utf-8")).get("reading")
@@ -207,6 +235,9 @@ def print_checks(found: dict[str, Any]) -> None:
     for key, run in found["runs"].items():
         stages = run.get("stage_candidates")
         extra = f"  candidates per harness stage {[s['evaluated'] for s in stages]}" if stages else ""
+        signal = run.get("first_weight_stage_batches_with_an_accepted_trajectory")
+        extra += f"  first weight stage: {100 * signal:.0f} % of batches accepted a trajectory" \
+            if signal is not None else ""
         print(f"  {key}: {100 * run['initial']:.1f} -> {100 * run['final']:.1f} (one seed, test split), "
               f"{run['wall_s'] / 60:.0f} min on {run['cpu_kind']}{extra}")
 

@@ -34,9 +34,10 @@ from typing import Any
 from whalekit.infra.runs import RunDir
 from whalekit.infra.shutdown import exit_on_sigterm
 from whalekit.presets import load_preset
-from whalekit.records.results import export_run, records_dir
+from whalekit.records.results import DEFAULT_FIGURES_PRESET, export_run, records_dir
+from whalekit.repro.notebook_pages import PAGES, render_pages
 from whalekit.repro.notebook_runner import run_jobs
-from whalekit.repro.reproduce_plan import METHODS, QUICKSTART, Job, plan, run_set_defaults
+from whalekit.repro.reproduce_plan import ANALYSIS, METHODS, QUICKSTART, Job, plan, run_set_defaults
 from whalekit.repro.run_set import Deadline, Records
 from whalekit.run.provenance import REUSE_ENV, provenance, provenance_changes, recorded_provenance
 
@@ -164,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{records.summary()}\nstatus in {records.status_path()}", flush=True)
         return 0
     figures = jobs[0].parameters["figures"]
+    if Path(args.preset).stem == DEFAULT_FIGURES_PRESET:  # the repository's figures: its rendered notebooks too
+        executed = [j.output for j in jobs if j.notebook in ANALYSIS and j.output.exists()]
+        pages = render_pages(executed, PAGES)
+        print(f"rendered {len(pages)} notebook pages in {PAGES}", flush=True)
     print(f"done in {time.perf_counter() - started:.0f} s{' (figures from the records only)' if not left else ''}: "
           f"figures and tables in {figures}, "
           f"executed notebooks and timings.md in {jobs[0].output.parent}, status in {records.status_path()}",

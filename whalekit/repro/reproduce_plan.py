@@ -77,7 +77,7 @@ def run_figure_stem(figures: Path, domain: str, run_name: str) -> Path:
 
 
 def expected_outputs(notebook: str, figures: Path, domains: list[str], grid_domain: str | None = None,
-                     adaptive: bool = True) -> list[Path]:
+                     adaptive: bool = True, seeds: tuple[int, ...] | list[int] = (0,)) -> list[Path]:
     """The figures and tables an analysis notebook (or the quickstart) must write."""
     figures = Path(figures)
 
@@ -97,7 +97,8 @@ def expected_outputs(notebook: str, figures: Path, domains: list[str], grid_doma
     if notebook == "06_adaptive":
         return both("fig6_adaptive") if adaptive else []
     if notebook == "07_harness_archive":
-        return [p for d in domains for p in both(f"fig_lineage_{d}") + [figures / f"harness_diff_{d}.diff"]]
+        return [p for d in domains for s in seeds
+                for p in both(f"fig_lineage_{d}_s{s}") + [figures / f"harness_diff_{d}_s{s}.diff"]]
     raise ValueError(f"unknown notebook {notebook!r}; known: {', '.join(NOTEBOOKS)}")
 
 
@@ -183,7 +184,7 @@ def plan(preset: str = "cpu", runs_root: str | Path = "runs", figures: str | Pat
         parameters = {**common, "results_root": str(Path(results).resolve()),
                       **({"domains": domains} if notebook in WITH_DOMAINS else {})}
         jobs.append(Job(notebook, parameters, notebooks_out / f"{notebook}.ipynb",
-                        expected_outputs(notebook, figures, domains, grid_domain, "adaptive" in methods)))
+                        expected_outputs(notebook, figures, domains, grid_domain, "adaptive" in methods, seeds)))
     return jobs
 
 
