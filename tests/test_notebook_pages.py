@@ -18,6 +18,7 @@ PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4
 def _executed(path, checkout):
     notebook = new_notebook(cells=[
         new_markdown_cell("# Main comparison"),
+        new_code_cell(f'# Parameters\nfigures = "{checkout}/figures"'),
         new_code_cell("save()", outputs=[
             new_output("stream", name="stdout", text=f"wrote {checkout}/figures/fig2.png\n"),
             new_output("display_data", data={"image/png": base64.b64encode(PNG).decode(), "text/plain": "<Figure>"}),
@@ -33,6 +34,7 @@ def test_a_page_holds_the_text_the_figures_and_no_checkout_path(tmp_path):
     (page,) = render_pages([tmp_path / "03_main_comparison.ipynb"], tmp_path / "pages", checkout)
     text = page.read_text()
     assert "# Main comparison" in text and "wrote figures/fig2.png" in text and str(checkout) not in text
+    assert 'figures = "figures"' in text  # papermill's parameters, relative to the checkout
     images = sorted((tmp_path / "pages" / "03_main_comparison_files").iterdir())
     assert [p.read_bytes() for p in images] == [PNG] and f"]({images[0].parent.name}/{images[0].name})" in text
     assert "x" * 100 not in text and VIEWER_NOTE in text

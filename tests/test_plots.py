@@ -189,8 +189,8 @@ def test_axes_carry_units_and_figures_say_which_number_they_show(runs_root):
     main = run_summaries.main_runs(runs_root, "smoke")
     figure2 = plots.best_so_far_figure(main)
     assert figure2.axes[0].get_xlabel() == "rollouts"
-    assert figure2.axes[0].get_ylabel() == "best-so-far test mean@2 (%)"
-    assert "selected on test" in figure2.get_suptitle()
+    assert figure2.axes[0].get_ylabel() == "best so far (%)"
+    assert "test mean@2" in figure2.get_suptitle() and "selected on test" in figure2.get_suptitle()
     assert "at each evaluation" in plots.accuracy_curve_figure(main).get_suptitle()
     assert plots.accuracy_bars_figure(main).axes[0].get_title().startswith("final test mean@2")
     assert "selected on test" in plots.best_accuracy_figure(main).axes[0].get_title()

@@ -242,3 +242,17 @@ def test_the_figures_of_records_equal_those_of_their_run_directories(records, tm
     assert [p.name for p in a] == [p.name for p in b]
     differ = [p.name for p, q in zip(a, b) if p.read_bytes() != q.read_bytes() and p.name != "provenance.md"]
     assert differ == []
+
+
+def test_a_record_of_a_clean_commit_is_registered_from_git_when_the_checkout_changed_since(tmp_path, monkeypatch):
+    from whalekit.records import code_identity
+
+    made = code_identity.RunCode("f" * 64, {"whalekit/run/driver.py": "a"})
+    monkeypatch.setattr(code_identity.RunCode, "at_commit", classmethod(lambda cls, commit, repo=None: made))
+    monkeypatch.setattr(results.RunCode, "at_commit", classmethod(lambda cls, commit, repo=None: made))
+    results._register_code({"source_sha256": "f" * 64, "git_commit": "abc1234", "git_dirty": False}, tmp_path)
+    assert "f" * 64 in code_identity.ledger_entries(tmp_path)
+    for block in ({"source_sha256": "e" * 64, "git_commit": "abc1234", "git_dirty": False},  # not that commit's code
+                  {"source_sha256": "d" * 64, "git_commit": "abc1234", "git_dirty": True}):  # uncommitted edits ran
+        results._register_code(block, tmp_path)
+        assert block["source_sha256"] not in code_identity.ledger_entries(tmp_path)

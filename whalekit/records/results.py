@@ -165,11 +165,23 @@ def export_run(run_dir: str | Path, results_root: str | Path = RESULTS_ROOT) -> 
 
 def _register_code(block: dict[str, Any], results_root: Path) -> None:
     """Put the code that made the run in the run-code ledger (`code_identity`), so a later
-    edit outside what a run executes leaves the record valid. Only when that code is this
-    checkout's: another version's modules are known only to git (`--commit`)."""
+    edit outside what a run executes leaves the record valid: this checkout's code when it is
+    still the code that ran, else the code of the commit the run started at, read from git,
+    when the run started on a clean tree and that commit's package is the one that ran (edits
+    made while a long run ran must not leave its record unknown)."""
     code = RunCode.of_package(PACKAGE_DIR)
     if block.get("source_sha256") == code.source_sha256:
         register(results_root, code, block.get("git_commit"))
+        return
+    commit = block.get("git_commit")
+    if not commit or block.get("git_dirty") is not False:
+        return
+    try:
+        made = RunCode.at_commit(str(commit))
+    except (OSError, ValueError, subprocess.CalledProcessError):  # not a checkout, or git does not know it
+        return
+    if made.source_sha256 == block.get("source_sha256"):
+        register(results_root, made, str(commit))
 
 
 def _write_record(run: RunDir, config: dict[str, Any], events: list[dict[str, Any]], out: Path) -> None:

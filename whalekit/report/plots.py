@@ -191,8 +191,8 @@ def accuracy_curve_figure(runs: list[RunSummary], best_so_far: bool = False,
             _controls(ax, domain_runs, (floors or {}).get(domain))
             ax.set_title(f"{domain}: {title}" + _not_run_note(runs, domain_runs, methods))
             ax.set_xlabel("rollouts")
-            if column == 0:  # one label a row: the panels of a row share its quantity
-                ax.set_ylabel(("best-so-far " if best_so_far else "") + accuracy_label(domain_runs[0].k))
+            if column == 0:  # one label a row: the panels of a row share its quantity (the title says which)
+                ax.set_ylabel("best so far (%)" if best_so_far else accuracy_label(domain_runs[0].k))
     what = ("best so far over evaluations (selected on test)" if best_so_far
             else "at each evaluation (last: after the whole budget)")
     fig.suptitle(f"test {curve_k(runs)} {what}; mean over seeds, band: 95 % t-interval over the seed means\n"

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import nbformat
+from nbconvert import MarkdownExporter
 
 from whalekit.infra.runs import atomic_write
 
@@ -27,15 +28,16 @@ VIEWER_NOTE = "(an interactive output: open the notebook in JupyterLab, `make la
 
 
 def _trimmed(notebook: nbformat.NotebookNode, checkout: Path) -> nbformat.NotebookNode:
-    """The notebook without the checkout's own path in its outputs, and without outputs too
-    large for a page."""
+    """The notebook without the checkout's own path in its cells and outputs, and without
+    outputs too large for a page."""
     root = str(checkout.resolve()) + "/"
     for cell in notebook.cells:
+        cell["source"] = "".join(cell["source"]).replace(root, "")  # papermill's parameters cell names paths
         for output in cell.get("outputs", []):
             if "text" in output:
                 output["text"] = "".join(output["text"]).replace(root, "")
             data = output.get("data", {})
-            for kind in ("text/plain", "text/markdown"):
+            for kind in ("text/plain", "text/markdown", "text/html"):
                 if kind in data:
                     data[kind] = "".join(data[kind]).replace(root, "")
             if len("".join(data.get("text/html", ""))) > LARGEST_HTML:
@@ -47,8 +49,6 @@ def _trimmed(notebook: nbformat.NotebookNode, checkout: Path) -> nbformat.Notebo
 def render_pages(notebooks: Sequence[Path], out: Path = PAGES, checkout: Path | None = None) -> list[Path]:
     """One `<notebook>.md` per executed notebook under `out`, its images in `<notebook>_files/`;
     returns the pages written. A notebook's old images go first, so none outlives its page."""
-    from nbconvert import MarkdownExporter  # the exporter imports a template stack: only when pages are made
-
     checkout = checkout or Path.cwd()
     written = []
     out.mkdir(parents=True, exist_ok=True)
