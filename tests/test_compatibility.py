@@ -98,5 +98,10 @@ def test_the_heatmap_draws_every_cell_and_outlines_each_harness_with_its_own_wei
     assert [(p.get_x(), p.get_y()) for p in outlined] == [(-0.5, -0.5), (0.5, 0.5)]  # h0 with θ0, h1 with θ1
     assert overlapping_texts(fig) == []
     assert all(path.exists() for path in save_figure(fig, tmp_path / "fig"))
+    wide = _matrix({"θ0|h0": 0.2, "θ0|h1": 0.1, "θ1|h0": 0.5, "θ1|h1": 0.8})
+    wide.harnesses += [Agent(f"h{j}", j, f"x{j}", "θ0") for j in (2, 3)]
+    wide.cells.update({f"θ{i}|h{j}": {"mean": 0.3, "per_problem": {}, "wall_s": 0.0} for i in (0, 1) for j in (2, 3)})
+    wide.conditions = matrix.conditions
+    assert overlapping_texts(compatibility_figure([matrix, wide])) == []  # four columns still read
     with pytest.raises(ValueError, match="score a run"):
         compatibility_figure([])

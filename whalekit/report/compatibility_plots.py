@@ -32,12 +32,12 @@ def _panel(ax: Any, matrix: Matrix, vmax: float) -> Any:
         if h.partner in rows:
             ax.add_patch(Rectangle((j - 0.5, rows.index(h.partner) - 0.5), 1, 1, fill=False, edgecolor="#EE7733",
                                    linewidth=1.6))
-    ax.set_xticks(range(len(cols)), [f"{c}" + (f"\n(stage {h.stage})" if h.stage is not None else "\n(start)")
+    ax.set_xticks(range(len(cols)), [f"{c}\n" + (f"s{h.stage}" if h.stage is not None else "start")
                                      for c, h in zip(cols, matrix.harnesses)])
-    ax.set_yticks(range(len(rows)), [f"{r} " + (f"(stage {w.stage})" if w.stage is not None else "(start)")
+    ax.set_yticks(range(len(rows)), [f"{r} " + (f"s{w.stage}" if w.stage is not None else "start")
                                      for r, w in zip(rows, matrix.weights)])
-    ax.set_xlabel("accepted harness")
-    ax.set_ylabel("weights")
+    ax.set_xlabel("accepted harness (sN: after stage N)")
+    ax.set_ylabel("weights (sN: after stage N)")
     ax.set_title(f"{METHOD_LABELS.get(matrix.method, matrix.method)}, seed {matrix.seed}")
     ax.spines[:].set_visible(False)
     return image
