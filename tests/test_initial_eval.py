@@ -81,6 +81,17 @@ def test_a_set_s_committed_store_gives_every_tier_and_machine_one_initial_evalua
     assert not (tmp_path / "main" / STORE).exists() and not (tmp_path / "grid" / STORE).exists()
 
 
+def test_a_relative_store_is_the_repository_s_from_any_working_directory(tmp_path, monkeypatch):
+    from whalekit.run.initial_eval import CHECKOUT, store_folder
+
+    monkeypatch.chdir(tmp_path)  # a notebook kernel's notebooks/, say
+    assert store_folder("results/cpu-v3/initial-eval") == CHECKOUT / "results" / "cpu-v3" / "initial-eval"
+    assert store_folder(tmp_path / "mine") == tmp_path / "mine"  # an absolute one stays where it is
+    config = _config(tmp_path, "weight_only", initial_eval_store="results/cpu-v3/initial-eval")
+    assert resolve_config("cpu-v3", domain="math", method="whale", check_data=False).initial_eval_store \
+        == "results/cpu-v3/initial-eval" == config.initial_eval_store  # the config keeps what was written
+
+
 def test_a_store_cut_off_before_its_metrics_counts_as_absent(tmp_path):
     store = InitialEvalStore(tmp_path, "abc")
     store.folder.mkdir(parents=True)

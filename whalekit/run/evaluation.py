@@ -22,7 +22,7 @@ from whalekit.infra.runs import RunDir
 from whalekit.infra.timing import phase
 from whalekit.rollouts.engine import Episode, HarnessRuntime, RolloutConfig, RolloutSettings, rollout
 from whalekit.run.config import RunConfig
-from whalekit.run.initial_eval import InitialEvalStore, initial_eval_key
+from whalekit.run.initial_eval import InitialEvalStore, initial_eval_key, store_folder
 from whalekit.run.provenance import resolved_sampler, source_sha256
 from whalekit.run.state import RunState
 from whalekit.samplers.base import Sampler, SamplingParams
@@ -95,7 +95,7 @@ class Evaluator:
         if c.initial_eval_store is not None:  # the set's one evaluation, whichever code and machine made it
             self._initial_inputs = {**asked, "made_by": made_by}
             key = f"s{c.seed}-{initial_eval_key(asked)}"
-            return InitialEvalStore(Path(c.initial_eval_store) / c.domain, key, shared=False)
+            return InitialEvalStore(store_folder(c.initial_eval_store) / c.domain, key, shared=False)
         self._initial_inputs = {**asked, **made_by}
         return InitialEvalStore(Path(c.runs_root), initial_eval_key(self._initial_inputs))
 

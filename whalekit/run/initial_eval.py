@@ -32,6 +32,17 @@ from typing import Any
 from whalekit.infra.runs import atomic_write
 
 STORE = Path(".shared") / "initial-eval"
+CHECKOUT = Path(__file__).resolve().parents[2]  # the repository holding this package, when it is a checkout
+
+
+def store_folder(path: str | Path) -> Path:
+    """Where a set's committed store (`RunConfig.initial_eval_store`) lies: a relative path is
+    the repository's, so a run made from a notebook kernel (working directory notebooks/) and one
+    made at the repository root read the same folder; outside a checkout, the working directory's."""
+    folder = Path(path)
+    if folder.is_absolute() or not (CHECKOUT / "pyproject.toml").exists():
+        return folder
+    return CHECKOUT / folder
 
 
 def initial_eval_key(fields: dict[str, Any]) -> str:
