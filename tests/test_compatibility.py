@@ -54,6 +54,8 @@ def test_every_pair_of_the_run_s_weights_and_harnesses_is_scored(kept_run, tmp_p
     assert len(matrix.cells) == len(weights) * len(harnesses)
     for cell in matrix.cells.values():
         assert len(cell["per_problem"]) == 4 and 0 <= cell["mean"] <= 1
+        assert cell["mean"] == pytest.approx(sum(cell["per_problem"].values()) / 4)  # k samples each problem
+        assert cell["by_subset"] and all(0 <= v <= 1 for v in cell["by_subset"].values())  # a new mix reads these
     written = load_matrix(out)
     assert written.cells == matrix.cells and "reading" in json.loads(out.read_text())
     again = score_matrix(kept_run.root, n=4, k=1, out=out)  # a finished matrix is read back, not scored again

@@ -58,11 +58,6 @@ def test_the_checks_read_the_search_noise_and_the_candidates_per_stage_from_the_
     assert found["calibration"] == {"math h0 (search split)": {"value": 0.133, "passes": True}}
 
 
-def test_a_new_math_mix_is_read_per_family_from_the_search_split():
-    per_problem = {"arithmetic-1": 1.0, "arithmetic-2": 0.5, "word-3": 0.0}
-    assert pilot.by_family(per_problem) == {"arithmetic": 0.75, "word": 0.0}
-
-
 def test_the_weight_lever_s_room_is_the_first_weight_stage_s_share_of_batches_that_accepted_one():
     events = [{"event": "stage_start", "kind": "harness"}, {"event": "rsft_batch", "accepted": 0},
               {"event": "stage_end"}, {"event": "stage_start", "kind": "weight"},

@@ -32,6 +32,7 @@ from whalekit.report.compatibility import Agent, Matrix
 from whalekit.rollouts.budget import RolloutBudget
 from whalekit.rollouts.engine import Episode, RolloutConfig, rollout
 from whalekit.run.config import RunConfig
+from whalekit.run.evaluation import mean_at_k
 from whalekit.run.parts import RunHarnesses, RunParts
 from whalekit.run.phases.rsft import STAGE_WEIGHTS
 from whalekit.weights.rsft import RSFTTrainer
@@ -114,11 +115,12 @@ def score_matrix(run_dir: Path, n: int = 64, k: int = 4, out: Path | None = None
                 per_problem: dict[str, list[float]] = {}
                 for t in trajectories:
                     per_problem.setdefault(t.task_id, []).append(float(t.correct))
-                values = {task: mean(v) for task, v in per_problem.items()}
+                metrics = mean_at_k(trajectories, parts.domain)  # the test evaluation's own summary
                 matrix.cells[f"{theta.label}|{h.label}"] = {
-                    "mean": mean(values.values()), "per_problem": values, "wall_s": time.perf_counter() - started}
-                print(f"{theta.label} x {h.label}: {matrix.cells[f'{theta.label}|{h.label}']['mean']:.3f}",
-                      flush=True)
+                    "mean": metrics["mean_at_k"], "by_subset": metrics["by_subset"],
+                    "per_problem": {task: mean(v) for task, v in per_problem.items()},
+                    "wall_s": time.perf_counter() - started}
+                print(f"{theta.label} x {h.label}: {metrics['mean_at_k']:.3f}", flush=True)
             if out is not None:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(out, json.dumps(matrix.to_json() if _complete(matrix) else asdict(matrix), indent=1,

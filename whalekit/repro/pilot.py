@@ -33,6 +33,7 @@ from whalekit.repro.reproduce_plan import plan
 from whalekit.repro.run_set import Deadline, PlannedRun, Records
 from whalekit.run.config import RunConfig, resolve_config
 from whalekit.run.driver import run_method
+from whalekit.search.archive import archive_folders
 
 PRESET = "cpu-v3"
 # In the order they are made: the weight-only math run first, since the math mix is checked on its
@@ -81,7 +82,7 @@ def analyse(config: RunConfig, log: Any = print) -> None:
                              out=compatibility_path(config, "-search-final"))
         cell = next(iter(level.cells.values()))
         record = {"split": "search", "preset": PRESET, "domain": config.domain, "run": config.run_name,
-                  "by_subset": by_family(cell["per_problem"]),
+                  "by_subset": cell["by_subset"],
                   "what": "weight-only's final weights with h0 on the search split (the math mix's check)",
                   "mean_at_k": cell["mean"], "k": config.eval_k, "problems": level.n_problems,
                   "passes": cell["mean"] < WEIGHT_ONLY_CEILING, "ceiling": WEIGHT_ONLY_CEILING,
@@ -108,15 +109,6 @@ def draw_matrices(domain: str, figures: Path = Path("figures") / PRESET) -> list
     return save_figure(compatibility_figure(matrices), figures / f"fig_compatibility_{domain}") if matrices else []
 
 
-def by_family(per_problem: dict[str, float]) -> dict[str, float]:
-    """Mean per problem family, the family being a generated math task id's prefix
-    (`arithmetic-58988fce3cee`): what a new difficulty mix is chosen from."""
-    families: dict[str, list[float]] = {}
-    for task, value in per_problem.items():
-        families.setdefault(task.split("-")[0], []).append(value)
-    return {family: statistics.mean(values) for family, values in sorted(families.items())}
-
-
 def make(max_hours: float | None, log: Any = print) -> Records:
     """Make the pilot's runs that are not recorded (at this code), then their analyses."""
     whole = [j.planned for j in plan(PRESET, results=RESULTS.resolve()) if j.planned is not None]
@@ -138,15 +130,12 @@ def make(max_hours: float | None, log: Any = print) -> Records:
 
 
 # -- the checks ------------------------------------------------------------------------------
-def _events(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (folder / "events.jsonl").read_text(encoding="utf-8").splitlines() if line]
-
-
 def search_noise(folder: Path) -> list[float]:
     """Candidate − parent search scores of a record's harness stages at trained weights
     (weights version > 0), each pair scored at the same weights on the same problems."""
     differences = []
-    for index in sorted((folder / "archive").glob("round-*/index.json")):
+    for archive in archive_folders(folder / "archive"):
+        index = archive / "index.json"
         candidates = {c["id"]: c for c in json.loads(index.read_text(encoding="utf-8"))["candidates"]}
         for c in candidates.values():
             parent = candidates.get(c["parents"][0]) if c["parents"] else None
@@ -173,8 +162,8 @@ def training_signal(events: list[dict[str, Any]]) -> float | None:
 def stage_candidates(folder: Path) -> list[dict[str, int]]:
     """Per harness stage (archive round) of a record: candidates proposed and evaluated."""
     out = []
-    for index in sorted((folder / "archive").glob("round-*/index.json")):
-        candidates = json.loads(index.read_text(encoding="utf-8"))["candidates"]
+    for archive in archive_folders(folder / "archive"):
+        candidates = json.loads((archive / "index.json").read_text(encoding="utf-8"))["candidates"]
         proposed = [c for c in candidates if c["parents"]]
         out.append({"proposed": len(proposed), "evaluated": sum(c["status"] == "evaluated" for c in proposed)})
     return out
@@ -188,7 +177,7 @@ def checks(results: Path = RESULTS) -> dict[str, Any]:
         folder = record_path(config, results)
         if not (folder / "events.jsonl").exists():
             continue
-        events = _events(folder)
+        events = RunDir(folder).events()
         end = next(e for e in events if e["event"] == "run_end")
         evals = [e for e in events if e["event"] == "test_eval"]
         made_on = json.loads((folder / "config.json").read_text(encoding="utf-8"))["provenance"].get("cpu_kind")
